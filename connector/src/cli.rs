@@ -1,0 +1,127 @@
+//! The command line: `cdc run`, `cdc check`, `cdc --version`.
+//!
+//! Exit codes: 0 success; 1 a check failed or the connector stopped on a definite error;
+//! 2 the command line or the configuration is invalid.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::logging::{self, LogFormat};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cdc",
+    version,
+    about = "Change data capture from Postgres and MySQL/MariaDB into a partitioned log"
+)]
+pub struct Cli {
+    /// Log line format on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "CDC_LOG_FORMAT"
+    )]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the connector: stream the source's changes into the log.
+    Run {
+        /// The configuration file (TOML).
+        #[arg(long, short, env = "CDC_CONFIG")]
+        config: PathBuf,
+    },
+    /// Check that the source database is ready for change data capture.
+    Check {
+        /// The configuration file (TOML).
+        #[arg(long, short, env = "CDC_CONFIG")]
+        config: PathBuf,
+        /// Print the report as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Entry point of the `cdc` binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    logging::init(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("cdc-worker")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(dispatch(cli.command))
+}
+
+fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+async fn dispatch(command: Command) -> ExitCode {
+    match command {
+        Command::Check { config, json } => {
+            let config = match load_config(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let report = crate::check::run(&config).await;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
+                );
+            } else {
+                print!("{}", report.render_text());
+            }
+            if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Run { config } => {
+            let config = match load_config(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            tracing::info!(name = %config.name, source = config.source.kind.as_str(), url = %config.source.url, "configuration loaded");
+            let report = crate::check::run(&config).await;
+            if !report.ok() {
+                eprint!("{}", report.render_text());
+                return ExitCode::from(1);
+            }
+            // Streaming arrives with the source issues; say so plainly rather than
+            // pretending to run.
+            eprintln!(
+                "error: the {} source is not implemented in this build yet: `cdc run` can only check the source (see `cdc check`). Nothing was captured.",
+                config.source.kind.as_str()
+            );
+            ExitCode::from(1)
+        }
+    }
+}

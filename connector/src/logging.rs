@@ -1,0 +1,30 @@
+//! Log output: `tracing` to stderr, as text or JSON lines.
+//!
+//! The filter comes from `CDC_LOG_LEVEL` (or `RUST_LOG`), default `info`. No log line
+//! carries a row value or a secret: configuration is logged only through its redacting
+//! `Debug` forms.
+
+use tracing_subscriber::EnvFilter;
+
+/// Output format of log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Installs the global subscriber. Safe to call more than once (later calls do nothing).
+pub fn init(format: LogFormat) {
+    let filter = std::env::var("CDC_LOG_LEVEL")
+        .ok()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "info".to_string());
+    let filter = EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}
