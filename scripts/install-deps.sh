@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the database servers the test suite and the sandbox start (Debian packages
+# only). Idempotent: installs only what is missing. Needs root (or sudo) when it installs.
+# Nothing is started: every test and the sandbox start their own private instances.
+set -euo pipefail
+missing=()
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || missing+=(postgresql)
+command -v pg_recvlogical >/dev/null 2>&1 || missing+=(postgresql-client)
+command -v mariadbd >/dev/null 2>&1 || missing+=(mariadb-server)
+command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Postgres and MariaDB refuse to run as root; as root the harness runs them as these
+# users, which the packages create.
+if [ "$(id -u)" -eq 0 ]; then
+  id postgres >/dev/null 2>&1 || { echo "error: the postgres OS user is missing (the postgresql package creates it)" >&2; exit 1; }
+  id mysql >/dev/null 2>&1 || { echo "error: the mysql OS user is missing (the mariadb-server package creates it)" >&2; exit 1; }
+fi
