@@ -1,0 +1,175 @@
+//! Throughput and tail-latency benchmark of the embedded log.
+//!
+//! ```text
+//! cargo run --release -p cdc-log --example log_bench -- [--dir DIR] [--mb N] [--flush-kb N] [--tail N]
+//! ```
+//!
+//! For record sizes 100 B and 1 KiB: appends `--mb` MiB of values in batches of ~100 KiB
+//! with a flush (fsync + ledger) every `--flush-kb` KiB (default 1024), then reads it all
+//! back (page cache warm), then measures tail latency: the time from `flush` returning to
+//! a reader blocked in `next_batch` on another thread holding the record (`--tail` runs).
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use cdc_log::{Log, LogOptions, NewRecord, StartAt, TopicConfig};
+
+struct Args {
+    dir: std::path::PathBuf,
+    mb: u64,
+    flush_kb: u64,
+    tail: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        dir: std::path::PathBuf::from("target-log/bench-log"),
+        mb: 1024,
+        flush_kb: 1024,
+        tail: 2000,
+    };
+    let v: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < v.len() {
+        let val = v.get(i + 1).cloned().unwrap_or_default();
+        match v[i].as_str() {
+            "--dir" => a.dir = val.into(),
+            "--mb" => a.mb = val.parse().expect("--mb N"),
+            "--flush-kb" => a.flush_kb = val.parse().expect("--flush-kb N"),
+            "--tail" => a.tail = val.parse().expect("--tail N"),
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    a
+}
+
+fn main() -> Result<(), cdc_log::LogError> {
+    let a = args();
+    let _ = std::fs::remove_dir_all(&a.dir);
+    let log = Log::open(&a.dir, LogOptions::default())?;
+    println!(
+        "cdc-log bench: dir {}, {} MiB per size, flush every {} KiB",
+        a.dir.display(),
+        a.mb,
+        a.flush_kb
+    );
+    for size in [100usize, 1024] {
+        let name = format!("bench-{size}");
+        let topic = log.create_topic(
+            &name,
+            TopicConfig {
+                partitions: 1,
+                retention_ms: None,
+                ..TopicConfig::default()
+            },
+        )?;
+        let value = vec![0x5au8; size];
+        let key_bytes: Vec<[u8; 8]> = (0..100_000u64).map(|i| i.to_be_bytes()).collect();
+        let per_batch = (100 * 1024 / size).max(1);
+        let total_records = a.mb * 1024 * 1024 / size as u64;
+        let mut recs: Vec<NewRecord<'_>> = Vec::with_capacity(per_batch);
+        let flush_every = a.flush_kb * 1024;
+        let mut since_flush = 0u64;
+        let mut written = 0u64;
+        let mut disk_bytes = 0u64;
+        let mut flush_time = Duration::ZERO;
+        let t0 = Instant::now();
+        while written < total_records {
+            recs.clear();
+            let n = per_batch.min((total_records - written) as usize);
+            let ts = cdc_log::now_ms();
+            for j in 0..n {
+                let k = &key_bytes[(written as usize + j) % key_bytes.len()];
+                recs.push(NewRecord::new(Some(k), Some(&value), ts));
+            }
+            let info = topic.append(0, &recs)?;
+            written += n as u64;
+            since_flush += info.bytes;
+            disk_bytes += info.bytes;
+            if since_flush >= flush_every || written == total_records {
+                let f = Instant::now();
+                log.flush(Some(&written.to_be_bytes()))?;
+                flush_time += f.elapsed();
+                since_flush = 0;
+            }
+        }
+        let el = t0.elapsed().as_secs_f64();
+        let payload = written as f64 * size as f64;
+        println!(
+            "append {size:>5} B records: {:>9.0} rec/s, payload {:>7.1} MB/s, on disk {:>7.1} MB/s ({:.2} s, of which flush {:.2} s, {} flushes)",
+            written as f64 / el,
+            payload / el / 1e6,
+            disk_bytes as f64 / el / 1e6,
+            el,
+            flush_time.as_secs_f64(),
+            log.metrics().flushes
+        );
+        // Read back twice: the first pass may still fault pages in.
+        for pass in 0..2 {
+            let mut r = log.reader(&name, 0, StartAt::Earliest)?;
+            let t0 = Instant::now();
+            let mut n = 0u64;
+            let mut bytes = 0u64;
+            loop {
+                let got = r.poll(1 << 20)?;
+                if got.is_empty() {
+                    break;
+                }
+                n += got.len() as u64;
+                bytes += got
+                    .iter()
+                    .map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64)
+                    .sum::<u64>();
+            }
+            assert_eq!(n, written);
+            let el = t0.elapsed().as_secs_f64();
+            println!(
+                "read   {size:>5} B records (pass {pass}): {:>9.0} rec/s, payload {:>7.1} MB/s, on disk {:>7.1} MB/s",
+                n as f64 / el,
+                bytes as f64 / el / 1e6,
+                disk_bytes as f64 / el / 1e6
+            );
+        }
+    }
+
+    // Tail latency: flush return -> tailing reader holds the record.
+    let topic = log.create_topic("bench-tail", TopicConfig::with_partitions(1))?;
+    let mut reader = log.reader("bench-tail", 0, StartAt::Latest)?;
+    let (tx, rx) = mpsc::channel::<Instant>();
+    let n = a.tail;
+    let th = std::thread::spawn(move || {
+        let mut seen = 0;
+        while seen < n {
+            let got = reader
+                .next_batch(1 << 20, Duration::from_secs(5))
+                .expect("tail read");
+            let at = Instant::now();
+            for _ in &got {
+                tx.send(at).expect("send");
+            }
+            seen += got.len();
+        }
+    });
+    let mut lat = Vec::with_capacity(n);
+    let value = [1u8; 100];
+    for i in 0..n {
+        topic.append(0, &[NewRecord::new(None, Some(&value), i as i64)])?;
+        log.flush(None)?;
+        let flushed = Instant::now();
+        let seen = rx.recv().expect("reader alive");
+        lat.push(seen.saturating_duration_since(flushed));
+    }
+    th.join().expect("tail thread");
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+    println!(
+        "tail latency (flush return -> reader has record), {n} runs: p50 {:?}, p99 {:?}, max {:?} (0 = reader had it before flush returned)",
+        pct(0.5),
+        pct(0.99),
+        lat[lat.len() - 1]
+    );
+    drop(log);
+    let _ = std::fs::remove_dir_all(&a.dir);
+    Ok(())
+}

@@ -1,0 +1,686 @@
+//! One partition: its segments, its single writer's state, its high watermark, and its
+//! recovery on open. Owns the partition directory `<dir>/topics/<topic>/<partition>/`.
+//!
+//! Invariants (all under `Partition::state`):
+//! - `segments` is never empty and sorted by base offset; the last one is the active
+//!   segment, the only one written to.
+//! - `log_start <= hw <= leo`; `log_start` is in the first segment, `leo` is the offset the
+//!   next appended record gets; `hw` (high watermark) is the durable end recorded in the
+//!   ledger: readers never see records at or past it.
+//! - every segment's `durable_size` is the byte length that holds exactly the records
+//!   below `hw` (a batch boundary), so readers never see a half-written batch.
+//! - `epoch` changes whenever segments are removed or replaced (retention, cleaning), so a
+//!   reader holding a byte position re-locates its offset through the index.
+//!
+//! Recovery (`Partition::open`): given the ledger's `log_start` S and `durable_end` D,
+//! segments whose base is > D hold only unflushed data and are deleted; segments wholly
+//! below S are leftovers of an interrupted retention and are deleted; the last remaining
+//! segment is scanned batch by batch (CRC-checked) and cut at the first batch at or past D
+//! or at the first torn/corrupt batch; if that leaves it short of D, fsynced data is gone
+//! and open fails with `DurableDataLost` (unless `accept_damaged_tail`). Closed segments
+//! keep their index files if those pass their checks (else are rebuilt by a full scan) and
+//! get a cheap tail check: the bytes from the last index entry to the end of file must be
+//! whole valid batches ending exactly at the next segment's base offset. A failure there
+//! is a `CorruptSegment` error naming the file, byte and offset. Corruption deeper inside a
+//! closed segment is found when it is read (or by `Log::verify`) and is the same error.
+
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::batch::{encode_batch, Compression};
+use crate::error::{LogError, Result};
+use crate::index::SegmentIndex;
+use crate::ledger::PartitionMark;
+use crate::notify::{HasNotifier, Notifier};
+use crate::record::NewRecord;
+use crate::segment::{parse_file_name, BatchScanner, ScanStop, SegmentFile};
+
+/// A segment as the partition tracks it.
+#[derive(Debug)]
+pub struct SegmentMeta {
+    pub file: Arc<SegmentFile>,
+    pub index: SegmentIndex,
+    /// Bytes written.
+    pub size: u64,
+    /// Bytes known fsynced.
+    pub synced_size: u64,
+    /// Bytes readers may read (all records below the high watermark).
+    pub durable_size: u64,
+}
+
+impl SegmentMeta {
+    pub fn base(&self) -> u64 {
+        self.file.base_offset
+    }
+    pub fn max_timestamp(&self) -> Option<i64> {
+        self.index.max_timestamp.map(|(t, _)| t)
+    }
+}
+
+#[derive(Debug)]
+pub struct PartitionState {
+    pub segments: Vec<SegmentMeta>,
+    pub log_start: u64,
+    pub leo: u64,
+    pub hw: u64,
+    pub epoch: u64,
+    /// New files were created since the last flush: the directory needs an fsync.
+    pub dir_dirty: bool,
+    /// Set after a failed write whose partial bytes could not be cut off again.
+    pub poisoned: Option<String>,
+    encode_buf: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl PartitionState {
+    /// Index of the segment that holds `offset` (the last one with base <= offset).
+    pub fn segment_for(&self, offset: u64) -> usize {
+        self.segments
+            .partition_point(|s| s.base() <= offset)
+            .saturating_sub(1)
+    }
+
+    /// Offset after the last record of segment `i`.
+    pub fn segment_end(&self, i: usize) -> u64 {
+        self.segments.get(i + 1).map_or(self.leo, |s| s.base())
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size).sum()
+    }
+}
+
+/// Result of one append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: u64,
+    pub last_offset: u64,
+    pub bytes: u64,
+}
+
+/// What recovery cut or removed in one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub truncated_bytes: u64,
+    pub removed_segments: u64,
+    pub rebuilt_indexes: u64,
+    /// Set when `accept_damaged_tail` let open cut the ledger's durable end back.
+    pub durable_end_cut_to: Option<u64>,
+    pub log_start_moved_to: Option<u64>,
+}
+
+/// What a flush must fsync for this partition, captured under the lock.
+pub struct FlushPlan {
+    pub leo: u64,
+    pub files: Vec<(Arc<SegmentFile>, u64)>,
+    pub dir: Option<PathBuf>,
+}
+
+pub struct Partition {
+    pub topic: String,
+    pub id: u32,
+    pub dir: PathBuf,
+    pub state: Mutex<PartitionState>,
+    /// Mirror of `state.hw` for lock-free checks by waiting readers.
+    pub hw: AtomicU64,
+    /// Appended since the last flush.
+    pub dirty: AtomicBool,
+    pub notifier: Notifier,
+    /// Serialises retention and cleaning of this partition.
+    pub maintenance: Mutex<()>,
+}
+
+impl HasNotifier for Partition {
+    fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn remove_file_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LogError::io("removing", path, e)),
+    }
+}
+
+/// Removes a segment's three files.
+pub fn remove_segment_files(file: &SegmentFile) -> Result<()> {
+    remove_file_if_exists(&file.path)?;
+    remove_file_if_exists(&file.index_path())?;
+    remove_file_if_exists(&file.time_index_path())
+}
+
+/// Writes and fsyncs a closed segment's index files.
+pub fn write_index_files(file: &SegmentFile, index: &SegmentIndex) -> Result<()> {
+    for (path, bytes) in [
+        (file.index_path(), index.encode_offsets()),
+        (file.time_index_path(), index.encode_times()),
+    ] {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| LogError::io("creating index", &path, e))?;
+        f.write_all_at(&bytes, 0)
+            .map_err(|e| LogError::io("writing index", &path, e))?;
+        f.sync_data().map_err(|e| LogError::FsyncFailed {
+            path: path.clone(),
+            source: e,
+        })?;
+    }
+    Ok(())
+}
+
+/// (index, valid bytes, next offset, where and why the scan stopped early if it did)
+pub type ScanOutcome = (SegmentIndex, u64, u64, Option<(u64, String)>);
+
+/// Scans `[0, limit)` of a segment building its index; stops at `stop_at` (first batch
+/// whose base offset is >= it) or at the first bad batch. Returns (index, valid bytes,
+/// next offset, why it stopped early if it did).
+pub fn scan_segment(file: &SegmentFile, limit: u64, stop_at: u64) -> Result<ScanOutcome> {
+    let mut idx = SegmentIndex::default();
+    let mut sc = BatchScanner::new(file, 0, limit);
+    let mut next = file.base_offset;
+    loop {
+        match sc.next_batch() {
+            Ok(None) => return Ok((idx, limit, next, None)),
+            Ok(Some((pos, h, _))) => {
+                if h.base_offset >= stop_at {
+                    return Ok((idx, pos, next, None));
+                }
+                if h.next_offset() > stop_at {
+                    return Ok((
+                        idx,
+                        pos,
+                        next,
+                        Some((
+                            pos,
+                            format!(
+                                "batch {}..={} straddles the durable end {stop_at}",
+                                h.base_offset,
+                                h.last_offset()
+                            ),
+                        )),
+                    ));
+                }
+                let rel = (h.base_offset - file.base_offset) as u32;
+                let rel_max = (h.last_offset() - file.base_offset) as u32;
+                idx.on_batch(
+                    rel,
+                    pos as u32,
+                    h.total_len() as u64,
+                    h.max_timestamp,
+                    rel_max,
+                    h.records_count > 0,
+                );
+                next = h.next_offset();
+            }
+            Err(ScanStop::Io(e)) => return Err(e),
+            Err(ScanStop::Bad { position, reason }) => {
+                return Ok((idx, position, next, Some((position, reason.to_string()))))
+            }
+        }
+    }
+}
+
+impl Partition {
+    pub fn new_empty(topic: &str, id: u32, dir: PathBuf) -> Result<Partition> {
+        fs::create_dir_all(&dir)
+            .map_err(|e| LogError::io("creating partition directory", &dir, e))?;
+        let file = SegmentFile::create(&dir, 0)?;
+        Ok(Partition::from_state(
+            topic,
+            id,
+            dir,
+            PartitionState {
+                segments: vec![SegmentMeta {
+                    file: Arc::new(file),
+                    index: SegmentIndex::default(),
+                    size: 0,
+                    synced_size: 0,
+                    durable_size: 0,
+                }],
+                log_start: 0,
+                leo: 0,
+                hw: 0,
+                epoch: 0,
+                dir_dirty: true,
+                poisoned: None,
+                encode_buf: Vec::new(),
+                scratch: Vec::new(),
+            },
+        ))
+    }
+
+    fn from_state(topic: &str, id: u32, dir: PathBuf, st: PartitionState) -> Partition {
+        Partition {
+            topic: topic.to_string(),
+            id,
+            dir,
+            hw: AtomicU64::new(st.hw),
+            state: Mutex::new(st),
+            dirty: AtomicBool::new(false),
+            notifier: Notifier::default(),
+            maintenance: Mutex::new(()),
+        }
+    }
+
+    /// Opens and recovers a partition directory against its ledger mark (see module docs).
+    pub fn open(
+        topic: &str,
+        id: u32,
+        dir: PathBuf,
+        mark: PartitionMark,
+        accept_damaged_tail: bool,
+    ) -> Result<(Partition, RecoveryReport)> {
+        let mut report = RecoveryReport::default();
+        let (mut s, mut d) = (mark.log_start, mark.durable_end);
+        fs::create_dir_all(&dir)
+            .map_err(|e| LogError::io("creating partition directory", &dir, e))?;
+        let mut bases = Vec::new();
+        let rd = fs::read_dir(&dir).map_err(|e| LogError::io("listing", &dir, e))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| LogError::io("listing", &dir, e))?;
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            match parse_file_name(name) {
+                Some((base, "log")) => bases.push(base),
+                Some((_, "index" | "timeindex")) => {}
+                _ if name.ends_with(".tmp") || name.ends_with(".cleaned") => {
+                    remove_file_if_exists(&ent.path())?;
+                }
+                _ => {}
+            }
+        }
+        bases.sort_unstable();
+        let mut changed_dir = false;
+        // Segments created after the last flush.
+        while bases.last().is_some_and(|&b| b > d) {
+            let b = bases.pop().unwrap_or_default();
+            let f = SegmentFile::open(dir.join(crate::segment::log_file_name(b)), b)?;
+            report.truncated_bytes += f.len()?;
+            report.removed_segments += 1;
+            remove_segment_files(&f)?;
+            changed_dir = true;
+        }
+        // Leftovers of an interrupted retention.
+        while bases.len() >= 2 && bases[1] <= s {
+            let b = bases.remove(0);
+            let f = SegmentFile::open(dir.join(crate::segment::log_file_name(b)), b)?;
+            remove_segment_files(&f)?;
+            changed_dir = true;
+        }
+        if bases.first().is_some_and(|&b| b > s) || (bases.is_empty() && d > s) {
+            let found = bases.first().copied().unwrap_or(s);
+            if !accept_damaged_tail {
+                return Err(LogError::DurableDataLost {
+                    topic: topic.into(),
+                    partition: id,
+                    ledger_end: d,
+                    found_end: s,
+                    detail: format!(
+                        "the segments before offset {found} are missing (log start is {s})"
+                    ),
+                });
+            }
+            s = found;
+            d = d.max(s);
+            report.log_start_moved_to = Some(s);
+        }
+        if bases.is_empty() {
+            bases.push(s);
+            SegmentFile::create(&dir, s)?;
+            changed_dir = true;
+        }
+
+        let mut segments = Vec::with_capacity(bases.len());
+        let n = bases.len();
+        for (i, &base) in bases.iter().enumerate() {
+            let file = SegmentFile::open(dir.join(crate::segment::log_file_name(base)), base)?;
+            let size = file.len()?;
+            if i + 1 < n {
+                let next_base = bases[i + 1];
+                let (index, rebuilt) = load_closed_index(&file, size, next_base)?;
+                report.rebuilt_indexes += rebuilt as u64;
+                segments.push(SegmentMeta {
+                    file: Arc::new(file),
+                    index,
+                    size,
+                    synced_size: size,
+                    durable_size: size,
+                });
+                continue;
+            }
+            // The last segment: scan, cut at the durable end or the first bad batch.
+            let (index, valid, next, stop) = scan_segment(&file, size, d)?;
+            if next < d {
+                let detail = match &stop {
+                    Some((pos, why)) => format!("{} at byte {pos}: {why}", file.path.display()),
+                    None => format!("{} ends at byte {size}", file.path.display()),
+                };
+                if !accept_damaged_tail {
+                    return Err(LogError::DurableDataLost {
+                        topic: topic.into(),
+                        partition: id,
+                        ledger_end: d,
+                        found_end: next,
+                        detail,
+                    });
+                }
+                tracing::error!(topic, partition = id, ledger_end = d, found_end = next, %detail,
+                    "durable data lost; cutting the ledger back as accept_damaged_tail allows");
+                d = next;
+                report.durable_end_cut_to = Some(next);
+            } else if let Some((pos, why)) = &stop {
+                // Bad bytes past the durable end: an unflushed, torn tail. Expected after a crash.
+                tracing::debug!(topic, partition = id, position = pos, reason = %why, "torn tail past durable end");
+            }
+            if valid < size {
+                report.truncated_bytes += size - valid;
+                file.file
+                    .set_len(valid)
+                    .map_err(|e| LogError::io("truncating torn tail of", &file.path, e))?;
+                file.file.sync_all().map_err(|e| LogError::FsyncFailed {
+                    path: file.path.clone(),
+                    source: e,
+                })?;
+            }
+            // The active segment's index lives in memory; stale files must not survive.
+            remove_file_if_exists(&file.index_path())?;
+            remove_file_if_exists(&file.time_index_path())?;
+            segments.push(SegmentMeta {
+                file: Arc::new(file),
+                index,
+                size: valid,
+                synced_size: valid,
+                durable_size: valid,
+            });
+        }
+        if changed_dir {
+            crate::fsutil::sync_dir(&dir)?;
+        }
+        let leo = d;
+        let st = PartitionState {
+            segments,
+            log_start: s,
+            leo,
+            hw: leo,
+            epoch: 0,
+            dir_dirty: false,
+            poisoned: None,
+            encode_buf: Vec::new(),
+            scratch: Vec::new(),
+        };
+        Ok((Partition::from_state(topic, id, dir, st), report))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, PartitionState> {
+        lock(&self.state)
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        self.hw.load(Ordering::Acquire)
+    }
+
+    /// Appends one batch. The single-writer rule is enforced by the state mutex.
+    pub fn append(
+        &self,
+        records: &[NewRecord<'_>],
+        compression: Compression,
+        segment_bytes: u64,
+    ) -> Result<AppendInfo> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if let Some(p) = &st.poisoned {
+            return Err(LogError::Poisoned(p.clone()));
+        }
+        let base = st.leo;
+        st.encode_buf.clear();
+        let enc = encode_batch(
+            &mut st.encode_buf,
+            base,
+            records,
+            None,
+            None,
+            compression,
+            &mut st.scratch,
+        )?;
+        let len = enc.len as u64;
+        let active_size = st.segments.last().map_or(0, |s| s.size);
+        let active_base = st.segments.last().map_or(0, |s| s.base());
+        // Roll when the batch would overflow the segment, or relative offsets / positions
+        // would overflow the index's 32-bit fields.
+        if active_size > 0
+            && (active_size + len > segment_bytes
+                || enc.last_offset - active_base > i32::MAX as u64
+                || active_size + len > i32::MAX as u64)
+        {
+            self.roll(st)?;
+        }
+        let Some(active) = st.segments.last_mut() else {
+            return Err(LogError::Poisoned("partition has no segment".into()));
+        };
+        let pos = active.size;
+        if let Err(e) = active.file.file.write_all_at(&st.encode_buf, pos) {
+            let err = LogError::io("appending to", &active.file.path, e);
+            // Cut the partial batch so the file stays a sequence of whole batches.
+            if let Err(e2) = active.file.file.set_len(pos) {
+                st.poisoned = Some(format!(
+                    "could not cut a failed append off {}: {e2}",
+                    active.file.path.display()
+                ));
+            }
+            return Err(err);
+        }
+        let rel = (base - active.base()) as u32;
+        active.index.on_batch(
+            rel,
+            pos as u32,
+            len,
+            enc.max_timestamp,
+            (enc.offset_of_max_timestamp - active.base()) as u32,
+            true,
+        );
+        active.size += len;
+        st.leo = enc.last_offset + 1;
+        self.dirty.store(true, Ordering::Release);
+        Ok(AppendInfo {
+            base_offset: base,
+            last_offset: enc.last_offset,
+            bytes: len,
+        })
+    }
+
+    /// Closes the active segment (index files written and fsynced) and starts a new one.
+    fn roll(&self, st: &mut PartitionState) -> Result<()> {
+        let leo = st.leo;
+        if let Some(active) = st.segments.last_mut() {
+            active.index.seal();
+            write_index_files(&active.file, &active.index)?;
+        }
+        let file = SegmentFile::create(&self.dir, leo)?;
+        st.segments.push(SegmentMeta {
+            file: Arc::new(file),
+            index: SegmentIndex::default(),
+            size: 0,
+            synced_size: 0,
+            durable_size: 0,
+        });
+        st.dir_dirty = true;
+        tracing::debug!(topic = %self.topic, partition = self.id, base_offset = leo, "rolled segment");
+        Ok(())
+    }
+
+    /// Captures what must be fsynced to make everything appended so far durable.
+    pub fn plan_flush(&self) -> FlushPlan {
+        self.dirty.store(false, Ordering::Release);
+        let mut st = self.lock();
+        let files = st
+            .segments
+            .iter()
+            .filter(|s| s.synced_size < s.size)
+            .map(|s| (s.file.clone(), s.size))
+            .collect();
+        let dir = std::mem::take(&mut st.dir_dirty).then(|| self.dir.clone());
+        FlushPlan {
+            leo: st.leo,
+            files,
+            dir,
+        }
+    }
+
+    /// After the ledger recorded `plan.leo` as durable: expose it to readers and wake them.
+    pub fn publish(&self, plan: &FlushPlan) {
+        {
+            let mut st = self.lock();
+            for (f, size) in &plan.files {
+                if let Some(seg) = st
+                    .segments
+                    .iter_mut()
+                    .find(|s| Arc::ptr_eq(&s.file, f) || s.base() == f.base_offset)
+                {
+                    seg.synced_size = seg.synced_size.max(*size);
+                }
+            }
+            if plan.leo > st.hw {
+                st.hw = plan.leo;
+                // Every segment whose records are all below hw is readable in full; the
+                // one containing hw up to the planned size.
+                let hw = st.hw;
+                let n = st.segments.len();
+                for i in 0..n {
+                    let end = st.segment_end(i);
+                    let seg = &mut st.segments[i];
+                    if end <= hw {
+                        seg.durable_size = seg.size;
+                    } else if seg.base() < hw {
+                        if let Some((_, sz)) =
+                            plan.files.iter().find(|(f, _)| f.base_offset == seg.base())
+                        {
+                            seg.durable_size = seg.durable_size.max(*sz);
+                        }
+                    }
+                }
+                self.hw.store(hw, Ordering::Release);
+            }
+        }
+        self.notifier.notify_all();
+    }
+
+    pub fn mark(&self) -> PartitionMark {
+        let st = self.lock();
+        PartitionMark {
+            log_start: st.log_start,
+            durable_end: st.hw,
+        }
+    }
+}
+
+/// Loads (or rebuilds) a closed segment's index, then checks its tail: the batches from
+/// the last index entry must run exactly to the end of the file and end at `next_base`.
+fn load_closed_index(
+    file: &SegmentFile,
+    size: u64,
+    next_base: u64,
+) -> Result<(SegmentIndex, bool)> {
+    if size == 0 {
+        return Err(file.corrupt(0, file.base_offset, "closed segment is empty"));
+    }
+    let offs = crate::fsutil::read_optional(&file.index_path())?;
+    let times = crate::fsutil::read_optional(&file.time_index_path())?;
+    let loaded = match (offs, times) {
+        (Some(o), Some(t)) => SegmentIndex::decode(&o, &t, size).ok(),
+        _ => None,
+    };
+    let (index, rebuilt) = match loaded {
+        Some(i) => (i, false),
+        None => return rebuild_closed_index(file, size, next_base),
+    };
+    let start = index.offsets.last().map_or(0, |&(_, p)| p as u64);
+    let mut sc = BatchScanner::new(file, start, size);
+    let mut last_next = None;
+    let mut tail_max_ts: Option<i64> = None;
+    let mut first = true;
+    loop {
+        match sc.next_batch() {
+            Ok(None) => break,
+            Ok(Some((_, h, _))) => {
+                if first {
+                    first = false;
+                    let want = index
+                        .offsets
+                        .last()
+                        .map_or(file.base_offset, |&(o, _)| file.base_offset + o as u64);
+                    if h.base_offset != want {
+                        // The index does not match the file: rebuild it.
+                        return rebuild_closed_index(file, size, next_base);
+                    }
+                }
+                if h.records_count > 0 {
+                    tail_max_ts =
+                        Some(tail_max_ts.map_or(h.max_timestamp, |t| t.max(h.max_timestamp)));
+                }
+                last_next = Some(h.next_offset());
+            }
+            Err(ScanStop::Io(e)) => return Err(e),
+            Err(ScanStop::Bad { position, reason }) => {
+                return Err(file.corrupt(position, last_next.unwrap_or(file.base_offset), reason));
+            }
+        }
+    }
+    if last_next != Some(next_base) {
+        return Err(file.corrupt(
+            size,
+            last_next.unwrap_or(file.base_offset),
+            format!(
+                "closed segment ends at offset {} but the next segment starts at {next_base}",
+                last_next.map_or("?".to_string(), |o| o.to_string())
+            ),
+        ));
+    }
+    // A time index cut short would understate the segment's newest timestamp (and let
+    // time retention delete it early): its last entry must cover the tail's timestamps.
+    if tail_max_ts.is_some_and(|t| index.max_timestamp.is_none_or(|(m, _)| m < t)) {
+        return rebuild_closed_index(file, size, next_base);
+    }
+    Ok((index, rebuilt))
+}
+
+fn rebuild_closed_index(
+    file: &SegmentFile,
+    size: u64,
+    next_base: u64,
+) -> Result<(SegmentIndex, bool)> {
+    let (mut idx, _, next, stop) = scan_segment(file, size, u64::MAX)?;
+    if let Some((pos, why)) = stop {
+        return Err(file.corrupt(pos, guess_offset(file, &idx), why));
+    }
+    if next != next_base {
+        return Err(file.corrupt(
+            size,
+            next,
+            format!(
+                "closed segment ends at offset {next} but the next segment starts at {next_base}"
+            ),
+        ));
+    }
+    idx.seal();
+    tracing::warn!(file = %file.path.display(), "rebuilt missing or invalid index of closed segment");
+    write_index_files(file, &idx)?;
+    Ok((idx, true))
+}
+
+fn guess_offset(file: &SegmentFile, idx: &SegmentIndex) -> u64 {
+    idx.offsets
+        .last()
+        .map_or(file.base_offset, |&(o, _)| file.base_offset + o as u64)
+}

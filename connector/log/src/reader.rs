@@ -1,0 +1,449 @@
+//! Readers: sequential consumption of one partition from an offset, a time, the start or
+//! the end, with blocking and async waits for new durable records. Owns no file; reads
+//! segments through positional I/O and the partition's indexes.
+//!
+//! Invariants: a reader returns only records below the high watermark (it reads a
+//! segment only up to its `durable_size`), in offset order, each once. It remembers its
+//! byte position between polls and re-locates through the index whenever the partition's
+//! `epoch` changed (retention or the cleaner replaced segments). A corrupt batch is a
+//! `CorruptSegment` error naming file, byte and offset; it is never skipped.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::batch::{decode_into, BatchHeader, HEADER_LEN};
+use crate::error::{LogError, Result};
+use crate::log::Log;
+use crate::notify::Notified;
+use crate::partition::Partition;
+use crate::record::Record;
+use crate::segment::{BatchScanner, ScanStop, SegmentFile};
+
+/// Where a reader starts (or a group is reset to).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    /// This offset exactly.
+    Offset(u64),
+    /// The first offset whose record timestamp is >= this (ms); the end if none.
+    Timestamp(i64),
+    /// The log start offset.
+    Earliest,
+    /// The high watermark: only records appended (and flushed) from now on.
+    Latest,
+}
+
+/// What a reader does when its offset is out of range (Kafka's `auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResetPolicy {
+    Earliest,
+    Latest,
+    /// Surface `OffsetOutOfRange` to the caller.
+    #[default]
+    None,
+}
+
+struct Cursor {
+    epoch: u64,
+    file: Arc<SegmentFile>,
+    pos: u64,
+}
+
+/// Reads one partition. `Send`; one reader per consumer thread/task.
+pub struct Reader {
+    log: Log,
+    part: Arc<Partition>,
+    next: u64,
+    reset: ResetPolicy,
+    group: Option<String>,
+    cursor: Option<Cursor>,
+    min_chunk: usize,
+}
+
+enum Located {
+    Data {
+        file: Arc<SegmentFile>,
+        pos: u64,
+        limit: u64,
+        epoch: u64,
+        following_base: Option<u64>,
+        /// Base offset the batch at `pos` must have (when located through the index).
+        expect_base: Option<u64>,
+    },
+    AtEnd,
+}
+
+impl Reader {
+    pub(crate) fn new(
+        log: Log,
+        part: Arc<Partition>,
+        start: StartAt,
+        reset: ResetPolicy,
+        group: Option<String>,
+    ) -> Result<Reader> {
+        let next = log.resolve(&part, start)?;
+        Ok(Reader {
+            log,
+            part,
+            next,
+            reset,
+            group,
+            cursor: None,
+            min_chunk: 256 << 10,
+        })
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.part.topic
+    }
+
+    pub fn partition(&self) -> u32 {
+        self.part.id
+    }
+
+    /// Offset of the next record this reader returns.
+    pub fn position(&self) -> u64 {
+        self.next
+    }
+
+    pub fn high_watermark(&self) -> u64 {
+        self.part.high_watermark()
+    }
+
+    pub fn log_start_offset(&self) -> u64 {
+        self.part.lock().log_start
+    }
+
+    /// Durable records not yet read.
+    pub fn lag(&self) -> u64 {
+        self.high_watermark().saturating_sub(self.next)
+    }
+
+    pub fn set_reset_policy(&mut self, reset: ResetPolicy) {
+        self.reset = reset;
+    }
+
+    /// Moves the reader.
+    pub fn seek(&mut self, to: StartAt) -> Result<()> {
+        self.next = self.log.resolve(&self.part, to)?;
+        self.cursor = None;
+        Ok(())
+    }
+
+    /// For a group reader: durably commits the current position (the next offset to read).
+    pub fn commit(&self) -> Result<()> {
+        match &self.group {
+            Some(g) => self
+                .log
+                .commit(g, &self.part.topic, self.part.id, self.next),
+            None => Err(LogError::InvalidArgument(
+                "this reader has no consumer group; use Log::consumer".into(),
+            )),
+        }
+    }
+
+    /// Blocks until records past the current position are durable, or `timeout`.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let part = &self.part;
+        let next = self.next;
+        part.notifier
+            .wait_until(timeout, || part.high_watermark() > next)
+    }
+
+    /// A future that completes when records past the current position are durable.
+    /// Runtime-agnostic: use it from tokio (`reader.ready().await`) or any executor.
+    pub fn ready(&self) -> Notified<impl FnMut() -> bool + Unpin> {
+        let part = self.part.clone();
+        let next = self.next;
+        Notified {
+            notifier: self.part.clone(),
+            ready: move || part.high_watermark() > next,
+        }
+    }
+
+    /// Waits up to `timeout` for durable records, then returns up to about `max_bytes` of
+    /// them (at least one batch's worth if any). Empty on timeout.
+    pub fn next_batch(&mut self, max_bytes: usize, timeout: Duration) -> Result<Vec<Record>> {
+        let deadline = Instant::now() + timeout;
+        let mut out = Vec::new();
+        loop {
+            if self.poll_into(&mut out, max_bytes)? > 0 {
+                return Ok(out);
+            }
+            let now = Instant::now();
+            if now >= deadline || !self.wait(deadline - now) {
+                // One last non-blocking look (the wait may have raced with a flush).
+                self.poll_into(&mut out, max_bytes)?;
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Returns durable records available now, without waiting.
+    pub fn poll(&mut self, max_bytes: usize) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        self.poll_into(&mut out, max_bytes)?;
+        Ok(out)
+    }
+
+    fn out_of_range(&mut self, log_start: u64, hw: u64) -> Result<()> {
+        match self.reset {
+            ResetPolicy::Earliest => {
+                tracing::info!(topic = %self.part.topic, partition = self.part.id, from = self.next, to = log_start, "offset out of range; resetting to earliest");
+                self.next = log_start;
+            }
+            ResetPolicy::Latest => {
+                tracing::info!(topic = %self.part.topic, partition = self.part.id, from = self.next, to = hw, "offset out of range; resetting to latest");
+                self.next = hw;
+            }
+            ResetPolicy::None => {
+                return Err(LogError::OffsetOutOfRange {
+                    topic: self.part.topic.clone(),
+                    partition: self.part.id,
+                    offset: self.next,
+                    log_start,
+                    high_watermark: hw,
+                })
+            }
+        }
+        self.cursor = None;
+        Ok(())
+    }
+
+    fn locate(&mut self) -> Result<Located> {
+        loop {
+            let st = self.part.lock();
+            if self.next < st.log_start || self.next > st.leo {
+                let (s, h) = (st.log_start, st.hw);
+                drop(st);
+                self.out_of_range(s, h)?;
+                continue;
+            }
+            if self.next >= st.hw {
+                return Ok(Located::AtEnd);
+            }
+            let cached = self
+                .cursor
+                .as_ref()
+                .filter(|c| c.epoch == st.epoch)
+                .and_then(|c| {
+                    let i = st
+                        .segments
+                        .iter()
+                        .position(|s| Arc::ptr_eq(&s.file, &c.file))?;
+                    Some((i, c.pos))
+                });
+            let (i, pos, expect_base) = match cached {
+                Some((i, pos)) => (i, pos, None),
+                None => {
+                    let mut i = st.segment_for(self.next);
+                    if self.next >= st.segment_end(i) && i + 1 < st.segments.len() {
+                        i += 1;
+                    }
+                    let seg = &st.segments[i];
+                    let rel = self.next.saturating_sub(seg.base()).min(u32::MAX as u64) as u32;
+                    match seg.index.lookup_entry(rel) {
+                        Some((o, p)) => (i, p as u64, Some(seg.base() + o as u64)),
+                        None => (i, 0, None),
+                    }
+                }
+            };
+            let seg = &st.segments[i];
+            return Ok(Located::Data {
+                file: seg.file.clone(),
+                pos,
+                limit: seg.durable_size,
+                epoch: st.epoch,
+                following_base: st.segments.get(i + 1).map(|s| s.base()),
+                expect_base,
+            });
+        }
+    }
+
+    /// Appends available durable records to `out` (about `max_bytes`); returns how many.
+    pub fn poll_into(&mut self, out: &mut Vec<Record>, max_bytes: usize) -> Result<usize> {
+        let start_len = out.len();
+        let mut budget = max_bytes.max(1);
+        // Bounded: each round either yields records, moves to a later segment, or stops.
+        for _ in 0..1024 {
+            let (file, pos, limit, epoch, following, expect) = match self.locate()? {
+                Located::AtEnd => break,
+                Located::Data {
+                    file,
+                    pos,
+                    limit,
+                    epoch,
+                    following_base,
+                    expect_base,
+                } => (file, pos, limit, epoch, following_base, expect_base),
+            };
+            if pos >= limit {
+                // Segment exhausted: continue in the next one (an offset gap can only be
+                // the cleaner's, and holds no records).
+                self.cursor = None;
+                match following {
+                    Some(b) if b > self.next => self.next = b,
+                    Some(_) => {}
+                    None => break,
+                }
+                continue;
+            }
+            let (new_pos, got) = self.read_chunk(&file, pos, limit, budget, expect, out)?;
+            self.cursor = Some(Cursor {
+                epoch,
+                file,
+                pos: new_pos,
+            });
+            budget = budget.saturating_sub(got);
+            if out.len() > start_len && budget == 0 {
+                break;
+            }
+            if out.len() > start_len && new_pos < limit {
+                break;
+            }
+        }
+        Ok(out.len() - start_len)
+    }
+
+    /// Reads whole batches from `[pos, limit)`: about `budget` bytes, at least one batch.
+    fn read_chunk(
+        &mut self,
+        file: &SegmentFile,
+        pos: u64,
+        limit: u64,
+        budget: usize,
+        expect_base: Option<u64>,
+        out: &mut Vec<Record>,
+    ) -> Result<(u64, usize)> {
+        let avail = (limit - pos) as usize;
+        let mut want = budget.max(self.min_chunk).min(avail);
+        if want < HEADER_LEN {
+            return Err(file.corrupt(pos, self.next, "torn batch header inside the durable range"));
+        }
+        let mut head = [0u8; HEADER_LEN];
+        file.read_exact_at(&mut head, pos)?;
+        let h = BatchHeader::parse(&head).map_err(|e| file.corrupt(pos, self.next, e))?;
+        if expect_base.is_some_and(|b| b != h.base_offset) {
+            return Err(LogError::corrupt_file(
+                "offset index",
+                file.index_path(),
+                format!(
+                    "entry for offset {} points at byte {pos}, where the batch has base offset {}",
+                    expect_base.unwrap_or_default(),
+                    h.base_offset
+                ),
+                "delete the .index and .timeindex files of this segment; they are rebuilt on open",
+            ));
+        }
+        if h.total_len() > avail {
+            return Err(file.corrupt(
+                pos,
+                self.next,
+                "batch runs past the durable end of the segment",
+            ));
+        }
+        want = want.max(h.total_len());
+        let mut buf = vec![0u8; want];
+        file.read_exact_at(&mut buf, pos)?;
+        let buf = Bytes::from(buf);
+        let mut off = 0usize;
+        let mut got = 0usize;
+        while off + HEADER_LEN <= buf.len() {
+            let h = BatchHeader::parse(&buf[off..])
+                .map_err(|e| file.corrupt(pos + off as u64, self.next, e))?;
+            let total = h.total_len();
+            if off + total > buf.len() {
+                break;
+            }
+            let batch = buf.slice(off..off + total);
+            let h = crate::batch::verify_batch(&batch)
+                .map_err(|e| file.corrupt(pos + off as u64, h.base_offset, e))?;
+            if h.next_offset() > self.next {
+                got += decode_into(&batch, &h, self.next, out)
+                    .map_err(|e| file.corrupt(pos + off as u64, h.base_offset, e))?;
+                self.next = h.next_offset();
+            }
+            off += total;
+            if got >= budget {
+                break;
+            }
+        }
+        Ok((pos + off as u64, got))
+    }
+}
+
+/// First durable offset whose timestamp is >= `ts`, or the high watermark if none.
+pub(crate) fn offset_for_time(part: &Partition, ts: i64) -> Result<u64> {
+    let candidates: Vec<(Arc<SegmentFile>, u64, u64)> = {
+        let st = part.lock();
+        st.segments
+            .iter()
+            .filter(|s| s.durable_size > 0 && s.max_timestamp().is_some_and(|m| m >= ts))
+            .map(|s| {
+                let rel = s.index.lookup_time(ts);
+                (s.file.clone(), s.index.lookup(rel) as u64, s.durable_size)
+            })
+            .collect()
+    };
+    let hw = part.high_watermark();
+    for (file, pos, limit) in candidates {
+        let mut sc = BatchScanner::new(&file, pos, limit);
+        loop {
+            match sc.next_batch() {
+                Ok(None) => break,
+                Ok(Some((p, h, slice))) => {
+                    if h.max_timestamp < ts || h.records_count == 0 {
+                        continue;
+                    }
+                    let bytes = Bytes::copy_from_slice(slice);
+                    let mut recs = Vec::new();
+                    decode_into(&bytes, &h, 0, &mut recs)
+                        .map_err(|e| file.corrupt(p, h.base_offset, e))?;
+                    if let Some(r) = recs.iter().find(|r| r.timestamp >= ts) {
+                        return Ok(r.offset.max(part.lock().log_start));
+                    }
+                }
+                Err(ScanStop::Io(e)) => return Err(e),
+                Err(ScanStop::Bad { position, reason }) => {
+                    return Err(file.corrupt(position, file.base_offset, reason))
+                }
+            }
+        }
+    }
+    Ok(hw)
+}
+
+/// Fully validates every durable batch of a partition; returns the record count.
+pub(crate) fn verify_partition(part: &Partition) -> Result<u64> {
+    let segs: Vec<(Arc<SegmentFile>, u64)> = {
+        let st = part.lock();
+        st.segments
+            .iter()
+            .map(|s| (s.file.clone(), s.durable_size))
+            .collect()
+    };
+    let mut n = 0u64;
+    for (file, limit) in segs {
+        let mut sc = BatchScanner::new(&file, 0, limit);
+        loop {
+            match sc.next_batch() {
+                Ok(None) => break,
+                Ok(Some((p, h, slice))) => {
+                    crate::batch::validate_batch(slice)
+                        .map_err(|e| file.corrupt(p, h.base_offset, e))?;
+                    n += h.records_count as u64;
+                }
+                Err(ScanStop::Io(e)) => return Err(e),
+                Err(ScanStop::Bad { position, reason }) => {
+                    return Err(file.corrupt(
+                        position,
+                        sc.prev_next_offset.unwrap_or(file.base_offset),
+                        reason,
+                    ))
+                }
+            }
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,40 @@
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use cdc_log::{Log, LogOptions, NewRecord, Reader, Record, StartAt, TopicConfig};
+
+pub fn open(dir: &std::path::Path) -> Log {
+    Log::open(dir, LogOptions::default()).expect("open log")
+}
+
+pub fn small_topic(partitions: u32) -> TopicConfig {
+    TopicConfig {
+        partitions,
+        segment_bytes: 1024,
+        retention_ms: None,
+        ..TopicConfig::default()
+    }
+}
+
+/// Reads everything durable from `start`.
+pub fn read_all(log: &Log, topic: &str, partition: u32) -> Vec<Record> {
+    let mut r: Reader = log
+        .reader(topic, partition, StartAt::Earliest)
+        .expect("reader");
+    let mut out = Vec::new();
+    loop {
+        let got = r.poll(64 << 10).expect("poll");
+        if got.is_empty() {
+            break;
+        }
+        out.extend(got);
+    }
+    out
+}
+
+pub fn rec<'a>(key: &'a [u8], value: &'a [u8], ts: i64) -> NewRecord<'a> {
+    NewRecord::new(Some(key), Some(value), ts)
+}
+
+pub const SHORT: Duration = Duration::from_millis(50);
