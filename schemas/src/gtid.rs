@@ -314,7 +314,7 @@ mod tests {
         for s in [
             "x",
             "abc:1",
-            &format!("{U1}"),
+            U1,
             &format!("{U1}:0"),
             &format!("{U1}:5-3"),
             "1-2",

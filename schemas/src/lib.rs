@@ -13,10 +13,15 @@
 //! the [`TableSchema`] it belongs to, in column order; a position's textual form parses
 //! back to the same position.
 //!
+//! Encodings live in [`encode`] (Debezium-compatible JSON and Avro records, topic
+//! routing) and [`compat`] (Avro schema compatibility levels).
+//!
 //! This crate has no I/O and no database driver: sources translate into it, encoders and
 //! sinks translate out of it.
 
+pub mod compat;
 pub mod decimal;
+pub mod encode;
 pub mod event;
 pub mod gtid;
 pub mod position;
