@@ -1,6 +1,20 @@
-//! The Postgres source. For now: the connection layer shared by preflight checks and
-//! (in the source issue) the snapshot and catalog queries.
+//! The Postgres source: the connection layer shared by preflight checks and the snapshot
+//! and catalog queries ([`conn`]), the streaming-replication client ([`replication`],
+//! wire framing in [`protocol`]), the pgoutput decoder ([`pgoutput`]), the relation cache
+//! and type mapping ([`relation`]) and the text-format value parser ([`values`]).
 
 pub mod conn;
+pub mod pgoutput;
+pub mod protocol;
+pub mod relation;
+pub mod replication;
+pub mod values;
 
 pub use conn::{PgConnectError, PgEndpoint};
+pub use pgoutput::{DecodeError, PgOutputDecoder, PgOutputMessage};
+pub use relation::{RelationCache, RelationInfo, TypeResolver};
+pub use replication::{
+    flush_lsn_to_send, CreateSlotOptions, CreatedSlot, FeedbackHandle, FeedbackStatus,
+    IdentifySystem, ReplicationConnection, ReplicationError, ReplicationStream, SlotSnapshot,
+    StreamOptions,
+};

@@ -1,0 +1,860 @@
+//! The relation cache and the mapping of Postgres types to the connector's types.
+//!
+//! pgoutput sends a Relation message before the first change of a table in a session
+//! (and again after its definition changed), and a Type message for each non-built-in
+//! type it refers to. [`RelationCache`] keeps both; for each column it derives the
+//! logical [`ColumnType`], the source type name (`varchar(255)`, `numeric(10,2)`,
+//! `int4[]`) and the [`ValueKind`] used to parse its text.
+//!
+//! Built-in types are known by OID. Everything else — enums, domains, composites, arrays
+//! of those, extension types — needs the catalog: the source implements
+//! [`TypeResolver`] (or fills a [`StaticTypeResolver`], e.g. with [`load_types`] from
+//! `pg_type`) before the relation is applied; [`RelationCache::unresolved_types`] says
+//! which OIDs a Relation message needs. A type nobody can resolve becomes
+//! [`ColumnType::Unknown`] with its values passed as text, and a one-time warning names
+//! the column.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use cdc_schemas::{Column, ColumnType, Row, TableId, TableSchema, Value};
+
+use super::pgoutput::{Relation, ReplicaIdentity, TupleColumn, TupleData, TypeMessage};
+use super::values::{parse_value, ValueError, ValueKind};
+
+/// What the catalog says about a type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgTypeInfo {
+    pub oid: u32,
+    pub namespace: String,
+    pub name: String,
+    pub kind: PgTypeKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PgTypeKind {
+    /// An enum and its labels in sort order.
+    Enum { labels: Vec<String> },
+    /// A domain over `base_oid` (with the base's typmod).
+    Domain { base_oid: u32, base_typmod: i32 },
+    /// A composite type's attributes (name, type OID, typmod), in order.
+    Composite { attributes: Vec<(String, u32, i32)> },
+    /// An array of `element_oid` (`delimiter` is the element type's `typdelim`).
+    Array { element_oid: u32, delimiter: u8 },
+    /// Anything else (base types of extensions, ranges, …): passed as text.
+    Other,
+}
+
+/// Looks types up by OID (the source fills it from `pg_type`).
+pub trait TypeResolver: Send + Sync {
+    fn resolve(&self, oid: u32) -> Option<PgTypeInfo>;
+}
+
+/// A [`TypeResolver`] over a map the source fills.
+#[derive(Default, Debug)]
+pub struct StaticTypeResolver {
+    types: Mutex<HashMap<u32, PgTypeInfo>>,
+}
+
+impl StaticTypeResolver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&self, t: PgTypeInfo) {
+        self.types
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(t.oid, t);
+    }
+}
+
+impl TypeResolver for StaticTypeResolver {
+    fn resolve(&self, oid: u32) -> Option<PgTypeInfo> {
+        self.types
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&oid)
+            .cloned()
+    }
+}
+
+/// The catalog query behind [`load_types`]: one row per type with what [`PgTypeInfo`]
+/// needs (`$1` is an `oid[]`).
+pub const TYPE_CATALOG_QUERY: &str = "
+SELECT t.oid, n.nspname, t.typname, t.typtype::text, t.typbasetype, t.typtypmod, t.typelem,
+       t.typcategory::text,
+       (SELECT e.typdelim::text FROM pg_type e WHERE e.oid = t.typelem) AS elemdelim,
+       (SELECT array_agg(enumlabel::text ORDER BY enumsortorder) FROM pg_enum WHERE enumtypid = t.oid) AS labels,
+       (SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a
+         WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped) AS attnames,
+       (SELECT array_agg(a.atttypid ORDER BY a.attnum) FROM pg_attribute a
+         WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped) AS atttypes,
+       (SELECT array_agg(a.atttypmod ORDER BY a.attnum) FROM pg_attribute a
+         WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND NOT a.attisdropped) AS atttypmods
+FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+WHERE t.oid = ANY($1)";
+
+/// Loads type information for `oids` — and, transitively, for the element, base and
+/// attribute types they refer to — from `pg_type` over an ordinary connection.
+pub async fn load_types(
+    client: &tokio_postgres::Client,
+    oids: &[u32],
+) -> Result<Vec<PgTypeInfo>, tokio_postgres::Error> {
+    let mut out: Vec<PgTypeInfo> = Vec::new();
+    let mut seen: HashSet<u32> = HashSet::new();
+    let mut todo: Vec<u32> = oids
+        .iter()
+        .copied()
+        .filter(|o| builtin(*o).is_none())
+        .collect();
+    while !todo.is_empty() {
+        todo.retain(|o| seen.insert(*o));
+        if todo.is_empty() {
+            break;
+        }
+        let rows = client.query(TYPE_CATALOG_QUERY, &[&todo]).await?;
+        todo.clear();
+        for row in rows {
+            let oid: u32 = row.get(0);
+            let typtype: String = row.get(3);
+            let category: String = row.get(7);
+            let kind = match typtype.as_str() {
+                "e" => PgTypeKind::Enum {
+                    labels: row.get::<_, Option<Vec<String>>>(9).unwrap_or_default(),
+                },
+                "d" => PgTypeKind::Domain {
+                    base_oid: row.get(4),
+                    base_typmod: row.get(5),
+                },
+                "c" => {
+                    let names: Vec<String> =
+                        row.get::<_, Option<Vec<String>>>(10).unwrap_or_default();
+                    let types: Vec<u32> = row.get::<_, Option<Vec<u32>>>(11).unwrap_or_default();
+                    let mods: Vec<i32> = row.get::<_, Option<Vec<i32>>>(12).unwrap_or_default();
+                    PgTypeKind::Composite {
+                        attributes: names
+                            .into_iter()
+                            .zip(types)
+                            .zip(mods)
+                            .map(|((n, t), m)| (n, t, m))
+                            .collect(),
+                    }
+                }
+                _ if category == "A" => PgTypeKind::Array {
+                    element_oid: row.get(6),
+                    delimiter: row
+                        .get::<_, Option<String>>(8)
+                        .and_then(|d| d.bytes().next())
+                        .unwrap_or(b','),
+                },
+                _ => PgTypeKind::Other,
+            };
+            match &kind {
+                PgTypeKind::Domain { base_oid, .. } => todo.push(*base_oid),
+                PgTypeKind::Array { element_oid, .. } => todo.push(*element_oid),
+                PgTypeKind::Composite { attributes } => todo.extend(attributes.iter().map(|a| a.1)),
+                _ => {}
+            }
+            out.push(PgTypeInfo {
+                oid,
+                namespace: row.get(1),
+                name: row.get(2),
+                kind,
+            });
+        }
+        todo.retain(|o| builtin(*o).is_none());
+    }
+    Ok(out)
+}
+
+/// How a built-in type maps: (name, value kind, column type from the typmod).
+struct Builtin {
+    name: &'static str,
+    kind: ValueKind,
+}
+
+fn b(name: &'static str, kind: ValueKind) -> Option<Builtin> {
+    Some(Builtin { name, kind })
+}
+
+/// Built-in scalar types by OID.
+fn builtin_scalar(oid: u32) -> Option<Builtin> {
+    use ValueKind as K;
+    match oid {
+        16 => b("bool", K::Bool),
+        17 => b("bytea", K::Bytea),
+        18 => b("char", K::Text),
+        19 => b("name", K::Text),
+        20 => b("int8", K::Int64),
+        21 => b("int2", K::Int16),
+        23 => b("int4", K::Int32),
+        25 => b("text", K::Text),
+        26 => b("oid", K::Int64),
+        28 => b("xid", K::Int64),
+        114 => b("json", K::Json),
+        142 => b("xml", K::Text),
+        650 => b("cidr", K::Text),
+        700 => b("float4", K::Float32),
+        701 => b("float8", K::Float64),
+        774 => b("macaddr8", K::Text),
+        790 => b("money", K::Text),
+        829 => b("macaddr", K::Text),
+        869 => b("inet", K::Text),
+        1042 => b("bpchar", K::Text),
+        1043 => b("varchar", K::Text),
+        1082 => b("date", K::Date),
+        1083 => b("time", K::Time),
+        1114 => b("timestamp", K::Timestamp),
+        1184 => b("timestamptz", K::TimestampTz),
+        1186 => b("interval", K::Interval),
+        1266 => b("timetz", K::TimeTz),
+        1560 => b("bit", K::Bits),
+        1562 => b("varbit", K::Bits),
+        1700 => b("numeric", K::Numeric),
+        2950 => b("uuid", K::Uuid),
+        3614 => b("tsvector", K::Text),
+        3802 => b("jsonb", K::Json),
+        _ => None,
+    }
+}
+
+/// Built-in array types: OID → element OID.
+fn builtin_array_elem(oid: u32) -> Option<u32> {
+    Some(match oid {
+        1000 => 16,
+        1001 => 17,
+        1002 => 18,
+        1003 => 19,
+        1016 => 20,
+        1005 => 21,
+        1007 => 23,
+        1009 => 25,
+        1028 => 26,
+        1011 => 28,
+        199 => 114,
+        143 => 142,
+        651 => 650,
+        1021 => 700,
+        1022 => 701,
+        775 => 774,
+        791 => 790,
+        1040 => 829,
+        1041 => 869,
+        1014 => 1042,
+        1015 => 1043,
+        1182 => 1082,
+        1183 => 1083,
+        1115 => 1114,
+        1185 => 1184,
+        1187 => 1186,
+        1270 => 1266,
+        1561 => 1560,
+        1563 => 1562,
+        1231 => 1700,
+        2951 => 2950,
+        3643 => 3614,
+        3807 => 3802,
+        _ => return None,
+    })
+}
+
+/// True when `oid` is a built-in type this module maps without the catalog.
+pub fn builtin(oid: u32) -> Option<&'static str> {
+    if let Some(b) = builtin_scalar(oid) {
+        return Some(b.name);
+    }
+    builtin_array_elem(oid).map(|_| "array")
+}
+
+/// The logical type, source type name and value kind of a type with a typmod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MappedType {
+    pub ty: ColumnType,
+    pub source_type: String,
+    pub kind: ValueKind,
+    /// False when the type is unknown and values pass as text.
+    pub known: bool,
+}
+
+fn precision(typmod: i32) -> Option<u8> {
+    (typmod >= 0).then_some(typmod.min(6) as u8)
+}
+
+fn scalar_type(b: &Builtin, typmod: i32) -> (ColumnType, String) {
+    let name = b.name;
+    let with = |m: String| format!("{name}({m})");
+    match name {
+        "bool" => (ColumnType::Bool, name.into()),
+        "int2" => (ColumnType::Int16, name.into()),
+        "int4" => (ColumnType::Int32, name.into()),
+        "int8" | "oid" | "xid" => (ColumnType::Int64, name.into()),
+        "float4" => (ColumnType::Float32, name.into()),
+        "float8" => (ColumnType::Float64, name.into()),
+        "numeric" => {
+            if typmod >= 4 {
+                let t = typmod - 4;
+                let p = ((t >> 16) & 0xffff) as u32;
+                // The scale is an 11-bit signed field (negative scales since PG 15).
+                let raw = t & 0x7ff;
+                let s = if raw & 0x400 != 0 { raw - 0x800 } else { raw };
+                (
+                    ColumnType::Decimal {
+                        precision: Some(p),
+                        scale: u32::try_from(s).ok(),
+                    },
+                    with(format!("{p},{s}")),
+                )
+            } else {
+                (
+                    ColumnType::Decimal {
+                        precision: None,
+                        scale: None,
+                    },
+                    name.into(),
+                )
+            }
+        }
+        "varchar" | "bpchar" => {
+            let len = (typmod >= 4).then(|| (typmod - 4) as u32);
+            (
+                ColumnType::Text { max_len: len },
+                len.map_or(name.into(), |l| with(l.to_string())),
+            )
+        }
+        "text" | "name" | "char" => (ColumnType::Text { max_len: None }, name.into()),
+        "bytea" => (ColumnType::Bytes, name.into()),
+        "json" | "jsonb" => (ColumnType::Json, name.into()),
+        "uuid" => (ColumnType::Uuid, name.into()),
+        "date" => (ColumnType::Date, name.into()),
+        "time" | "timetz" | "timestamp" | "timestamptz" => {
+            let p = precision(typmod);
+            let src = p.map_or(name.into(), |p| with(p.to_string()));
+            let ty = match name {
+                "time" => ColumnType::Time { precision: p },
+                "timetz" => ColumnType::TimeTz { precision: p },
+                "timestamp" => ColumnType::Timestamp { precision: p },
+                _ => ColumnType::TimestampTz { precision: p },
+            };
+            (ty, src)
+        }
+        "interval" => (ColumnType::Interval, name.into()),
+        "bit" | "varbit" => {
+            let len = (typmod >= 0).then_some(typmod as u32);
+            (
+                ColumnType::Bits {
+                    len,
+                    varying: name == "varbit",
+                },
+                len.map_or(name.into(), |l| with(l.to_string())),
+            )
+        }
+        _ => (ColumnType::TextLike { name: name.into() }, name.into()),
+    }
+}
+
+/// Maps a type by OID and typmod, asking `lookup` for non-built-in types.
+pub fn map_type(oid: u32, typmod: i32, lookup: &dyn Fn(u32) -> Option<PgTypeInfo>) -> MappedType {
+    map_type_depth(oid, typmod, lookup, 0)
+}
+
+fn unknown(name: String) -> MappedType {
+    MappedType {
+        ty: ColumnType::Unknown { name: name.clone() },
+        source_type: name,
+        kind: ValueKind::Text,
+        known: false,
+    }
+}
+
+fn map_type_depth(
+    oid: u32,
+    typmod: i32,
+    lookup: &dyn Fn(u32) -> Option<PgTypeInfo>,
+    depth: u32,
+) -> MappedType {
+    if depth > 16 {
+        return unknown(format!("type {oid}"));
+    }
+    if let Some(b) = builtin_scalar(oid) {
+        let (ty, source_type) = scalar_type(&b, typmod);
+        return MappedType {
+            ty,
+            source_type,
+            kind: b.kind,
+            known: true,
+        };
+    }
+    let array_elem = builtin_array_elem(oid).map(|e| (e, b','));
+    let info = if array_elem.is_none() {
+        lookup(oid)
+    } else {
+        None
+    };
+    let array_elem = array_elem.or(match &info {
+        Some(PgTypeInfo {
+            kind:
+                PgTypeKind::Array {
+                    element_oid,
+                    delimiter,
+                },
+            ..
+        }) => Some((*element_oid, *delimiter)),
+        _ => None,
+    });
+    if let Some((elem, delim)) = array_elem {
+        let e = map_type_depth(elem, typmod, lookup, depth + 1);
+        return MappedType {
+            ty: ColumnType::Array(Box::new(e.ty)),
+            source_type: format!("{}[]", e.source_type),
+            kind: ValueKind::Array(Box::new(e.kind), delim),
+            known: e.known,
+        };
+    }
+    let Some(info) = info else {
+        return unknown(format!("type {oid}"));
+    };
+    let qualified = if info.namespace.is_empty() || info.namespace == "public" {
+        info.name.clone()
+    } else {
+        format!("{}.{}", info.namespace, info.name)
+    };
+    match info.kind {
+        PgTypeKind::Enum { labels } => MappedType {
+            ty: ColumnType::Enum {
+                name: qualified.clone(),
+                symbols: labels,
+            },
+            source_type: qualified,
+            kind: ValueKind::Text,
+            known: true,
+        },
+        PgTypeKind::Domain {
+            base_oid,
+            base_typmod,
+        } => {
+            let m = map_type_depth(base_oid, base_typmod, lookup, depth + 1);
+            MappedType {
+                source_type: qualified,
+                ..m
+            }
+        }
+        PgTypeKind::Composite { attributes } => {
+            let attrs = attributes
+                .into_iter()
+                .map(|(n, t, m)| (n, map_type_depth(t, m, lookup, depth + 1).kind))
+                .collect();
+            MappedType {
+                ty: ColumnType::Composite {
+                    name: qualified.clone(),
+                },
+                source_type: qualified,
+                kind: ValueKind::Composite(attrs),
+                known: true,
+            }
+        }
+        PgTypeKind::Array { .. } | PgTypeKind::Other => unknown(qualified),
+    }
+}
+
+/// One column of a cached relation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnInfo {
+    pub name: String,
+    pub type_oid: u32,
+    pub type_modifier: i32,
+    /// Part of the replica identity key.
+    pub key: bool,
+    pub kind: ValueKind,
+    pub known_type: bool,
+}
+
+/// A table as the latest Relation message described it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RelationInfo {
+    pub id: u32,
+    pub replica_identity: ReplicaIdentity,
+    pub columns: Vec<ColumnInfo>,
+    /// The connector's schema: key = the replica identity key columns.
+    pub schema: Arc<TableSchema>,
+}
+
+/// A tuple that does not fit its relation or holds an unparsable value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TupleError {
+    #[error("no Relation message was received for relation id {0} (a decoding session always sends one before the first change)")]
+    UnknownRelation(u32),
+    #[error("table {table}: tuple has {got} columns, the relation has {expected}")]
+    ColumnCount {
+        table: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("table {table}, column {column}: {error}")]
+    Value {
+        table: String,
+        column: String,
+        error: ValueError,
+    },
+    #[error("table {table}, column {column}: binary column format was not requested")]
+    Binary { table: String, column: String },
+}
+
+/// Relation id → cached relation; plus types from Type messages and a resolver.
+#[derive(Default)]
+pub struct RelationCache {
+    relations: HashMap<u32, Arc<RelationInfo>>,
+    announced: HashMap<u32, TypeMessage>,
+    resolver: Option<Arc<dyn TypeResolver>>,
+    warned: HashSet<(u32, String)>,
+}
+
+impl RelationCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn with_resolver(resolver: Arc<dyn TypeResolver>) -> Self {
+        RelationCache {
+            resolver: Some(resolver),
+            ..Self::default()
+        }
+    }
+
+    /// Records a Type message (namespace and name of a non-built-in type).
+    pub fn apply_type(&mut self, t: &TypeMessage) {
+        self.announced.insert(t.oid, t.clone());
+    }
+
+    fn lookup(&self, oid: u32) -> Option<PgTypeInfo> {
+        if let Some(info) = self.resolver.as_ref().and_then(|r| r.resolve(oid)) {
+            return Some(info);
+        }
+        // Only the name is known from a Type message: values pass as text.
+        self.announced.get(&oid).map(|t| PgTypeInfo {
+            oid,
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            kind: PgTypeKind::Other,
+        })
+    }
+
+    /// The column type OIDs of `r` that are neither built in nor known to the resolver:
+    /// what the source should load (e.g. with [`load_types`]) before [`Self::apply_relation`].
+    pub fn unresolved_types(&self, r: &Relation) -> Vec<u32> {
+        let mut v: Vec<u32> = r
+            .columns
+            .iter()
+            .map(|c| c.type_oid)
+            .filter(|&o| {
+                builtin(o).is_none()
+                    && self
+                        .resolver
+                        .as_ref()
+                        .and_then(|res| res.resolve(o))
+                        .is_none()
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Applies a Relation message, replacing any earlier definition.
+    pub fn apply_relation(&mut self, r: &Relation) -> Arc<RelationInfo> {
+        let lookup = |oid| self.lookup(oid);
+        let mut columns = Vec::with_capacity(r.columns.len());
+        let mut schema_cols = Vec::with_capacity(r.columns.len());
+        let mut key = Vec::new();
+        for (i, c) in r.columns.iter().enumerate() {
+            let m = map_type(c.type_oid, c.type_modifier, &lookup);
+            if c.key {
+                key.push(i);
+            }
+            columns.push(ColumnInfo {
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+                type_modifier: c.type_modifier,
+                key: c.key,
+                kind: m.kind.clone(),
+                known_type: m.known,
+            });
+            schema_cols.push(Column::new(c.name.clone(), m.ty, m.source_type));
+        }
+        let namespace = if r.namespace.is_empty() {
+            "pg_catalog".to_string()
+        } else {
+            r.namespace.clone()
+        };
+        let schema = TableSchema {
+            id: TableId::new(namespace, r.name.clone()),
+            columns: schema_cols,
+            key,
+        };
+        let info = Arc::new(RelationInfo {
+            id: r.id,
+            replica_identity: r.replica_identity,
+            columns,
+            schema: Arc::new(schema),
+        });
+        for c in info.columns.iter().filter(|c| !c.known_type) {
+            if self.warned.insert((r.id, c.name.clone())) {
+                tracing::warn!(
+                    table = %info.schema.id,
+                    column = %c.name,
+                    type_oid = c.type_oid,
+                    "column type is not known to the connector; its values pass as text"
+                );
+            }
+        }
+        self.relations.insert(r.id, info.clone());
+        info
+    }
+
+    pub fn get(&self, id: u32) -> Option<&Arc<RelationInfo>> {
+        self.relations.get(&id)
+    }
+
+    /// Converts a tuple of relation `id` into a row: NULL → [`Value::Null`], unchanged
+    /// TOAST → [`Value::Unchanged`], text → the column's typed value.
+    pub fn decode_tuple(&self, id: u32, t: &TupleData) -> Result<Row, TupleError> {
+        let rel = self.get(id).ok_or(TupleError::UnknownRelation(id))?;
+        decode_tuple(rel, t)
+    }
+}
+
+/// Converts a tuple of `rel` into a row (see [`RelationCache::decode_tuple`]).
+pub fn decode_tuple(rel: &RelationInfo, t: &TupleData) -> Result<Row, TupleError> {
+    if t.columns.len() != rel.columns.len() {
+        return Err(TupleError::ColumnCount {
+            table: rel.schema.id.to_string(),
+            expected: rel.columns.len(),
+            got: t.columns.len(),
+        });
+    }
+    let mut values = Vec::with_capacity(t.columns.len());
+    for (c, v) in rel.columns.iter().zip(&t.columns) {
+        values.push(match v {
+            TupleColumn::Null => Value::Null,
+            TupleColumn::UnchangedToast => Value::Unchanged,
+            TupleColumn::Text(b) => parse_value(&c.kind, b).map_err(|error| TupleError::Value {
+                table: rel.schema.id.to_string(),
+                column: c.name.clone(),
+                error,
+            })?,
+            TupleColumn::Binary(_) => {
+                return Err(TupleError::Binary {
+                    table: rel.schema.id.to_string(),
+                    column: c.name.clone(),
+                })
+            }
+        });
+    }
+    Ok(Row::new(values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::postgres::pgoutput::RelationColumn;
+    use bytes::Bytes;
+
+    fn none(_: u32) -> Option<PgTypeInfo> {
+        None
+    }
+
+    #[test]
+    fn builtin_types_with_typmods() {
+        let m = map_type(1043, 259, &none);
+        assert_eq!(m.ty, ColumnType::Text { max_len: Some(255) });
+        assert_eq!(m.source_type, "varchar(255)");
+        let m = map_type(1700, ((10 << 16) | 2) + 4, &none);
+        assert_eq!(
+            m.ty,
+            ColumnType::Decimal {
+                precision: Some(10),
+                scale: Some(2)
+            }
+        );
+        assert_eq!(m.source_type, "numeric(10,2)");
+        // numeric(3,-2) (PG 15+): negative scale.
+        let m = map_type(1700, ((3 << 16) | (0x800 - 2)) + 4, &none);
+        assert_eq!(m.source_type, "numeric(3,-2)");
+        let m = map_type(1184, 3, &none);
+        assert_eq!(m.ty, ColumnType::TimestampTz { precision: Some(3) });
+        let m = map_type(1185, -1, &none);
+        assert_eq!(
+            m.ty,
+            ColumnType::Array(Box::new(ColumnType::TimestampTz { precision: None }))
+        );
+        assert_eq!(m.source_type, "timestamptz[]");
+        assert_eq!(
+            m.kind,
+            ValueKind::Array(Box::new(ValueKind::TimestampTz), b',')
+        );
+        let m = map_type(1560, 8, &none);
+        assert_eq!(
+            m.ty,
+            ColumnType::Bits {
+                len: Some(8),
+                varying: false
+            }
+        );
+        assert_eq!(
+            map_type(869, -1, &none).ty,
+            ColumnType::TextLike {
+                name: "inet".into()
+            }
+        );
+        let m = map_type(99999, -1, &none);
+        assert!(!m.known);
+        assert!(matches!(m.ty, ColumnType::Unknown { .. }));
+    }
+
+    #[test]
+    fn catalog_types() {
+        let lookup = |oid: u32| -> Option<PgTypeInfo> {
+            let t = |name: &str, kind| PgTypeInfo {
+                oid,
+                namespace: "public".into(),
+                name: name.into(),
+                kind,
+            };
+            Some(match oid {
+                50000 => t(
+                    "mood",
+                    PgTypeKind::Enum {
+                        labels: vec!["sad".into(), "happy".into()],
+                    },
+                ),
+                50001 => t(
+                    "_mood",
+                    PgTypeKind::Array {
+                        element_oid: 50000,
+                        delimiter: b',',
+                    },
+                ),
+                50002 => t(
+                    "posint",
+                    PgTypeKind::Domain {
+                        base_oid: 23,
+                        base_typmod: -1,
+                    },
+                ),
+                50003 => t(
+                    "pair",
+                    PgTypeKind::Composite {
+                        attributes: vec![("a".into(), 23, -1), ("b".into(), 25, -1)],
+                    },
+                ),
+                _ => return None,
+            })
+        };
+        let m = map_type(50000, -1, &lookup);
+        assert_eq!(
+            m.ty,
+            ColumnType::Enum {
+                name: "mood".into(),
+                symbols: vec!["sad".into(), "happy".into()]
+            }
+        );
+        let m = map_type(50001, -1, &lookup);
+        assert_eq!(m.source_type, "mood[]");
+        let m = map_type(50002, -1, &lookup);
+        assert_eq!(
+            (m.ty, m.source_type.as_str()),
+            (ColumnType::Int32, "posint")
+        );
+        let m = map_type(50003, -1, &lookup);
+        assert_eq!(
+            m.ty,
+            ColumnType::Composite {
+                name: "pair".into()
+            }
+        );
+    }
+
+    #[test]
+    fn cache_decodes_tuples() {
+        let mut cache = RelationCache::new();
+        let rel = Relation {
+            xid: None,
+            id: 7,
+            namespace: "public".into(),
+            name: "t".into(),
+            replica_identity: ReplicaIdentity::Default,
+            columns: vec![
+                RelationColumn {
+                    key: true,
+                    name: "id".into(),
+                    type_oid: 23,
+                    type_modifier: -1,
+                },
+                RelationColumn {
+                    key: false,
+                    name: "v".into(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                },
+                RelationColumn {
+                    key: false,
+                    name: "x".into(),
+                    type_oid: 77777,
+                    type_modifier: -1,
+                },
+            ],
+        };
+        assert_eq!(cache.unresolved_types(&rel), vec![77777]);
+        cache.apply_type(&TypeMessage {
+            xid: None,
+            oid: 77777,
+            namespace: "ext".into(),
+            name: "thing".into(),
+        });
+        let info = cache.apply_relation(&rel);
+        assert_eq!(info.schema.key, vec![0]);
+        assert_eq!(
+            info.schema.columns[2].ty,
+            ColumnType::Unknown {
+                name: "ext.thing".into()
+            }
+        );
+        let row = cache
+            .decode_tuple(
+                7,
+                &TupleData {
+                    columns: vec![
+                        TupleColumn::Text(Bytes::from_static(b"42")),
+                        TupleColumn::UnchangedToast,
+                        TupleColumn::Text(Bytes::from_static(b"raw")),
+                    ],
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            row.0,
+            vec![
+                Value::Int32(42),
+                Value::Unchanged,
+                Value::Text("raw".into())
+            ]
+        );
+        let e = cache
+            .decode_tuple(
+                7,
+                &TupleData {
+                    columns: vec![
+                        TupleColumn::Text(Bytes::from_static(b"x")),
+                        TupleColumn::Null,
+                        TupleColumn::Null,
+                    ],
+                },
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("column id"), "{e}");
+        assert!(matches!(
+            cache.decode_tuple(8, &TupleData::default()),
+            Err(TupleError::UnknownRelation(8))
+        ));
+    }
+}

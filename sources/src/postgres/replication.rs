@@ -1,0 +1,1720 @@
+//! The streaming-replication connection: start-up with `replication=database`,
+//! authentication (trust, cleartext, md5, SCRAM-SHA-256), TLS, replication commands
+//! (`IDENTIFY_SYSTEM`, `CREATE_REPLICATION_SLOT`, `DROP_REPLICATION_SLOT`, simple
+//! queries), and `START_REPLICATION … LOGICAL` with the CopyBoth stream.
+//!
+//! tokio-postgres has no CopyBoth support, so this speaks the protocol itself on top of
+//! `postgres-protocol` (frontend encoders, SCRAM, md5) over tokio, TLS via rustls.
+//!
+//! # Session settings
+//!
+//! pgoutput renders column values with the type output functions *of the walsender
+//! process*, i.e. under the GUCs of this connection. The start-up packet therefore sets
+//! `options=-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601
+//! -c extra_float_digits=3 -c bytea_output=hex` and `client_encoding=UTF8`, and the value
+//! parser in [`super::values`] relies on exactly these formats:
+//! `timestamptz` arrives as `2024-01-01 12:00:00+00`, floats in their shortest exact
+//! form, intervals as ISO 8601 durations with a sign per field (`P-1Y2M3DT-4H5M6.5S`),
+//! which is unambiguous and easy to parse exactly.
+//!
+//! # Feedback and backpressure
+//!
+//! The server kills a replication connection that has sent no status update for
+//! `wal_sender_timeout` (60 s by default). A client that only answers keepalives inside
+//! the consumer's read loop livelocks when the downstream is slow: the consumer waits for
+//! capacity, nobody reads the socket, no reply goes out, the server disconnects, the
+//! client reconnects and replays the same backlog into the same slow downstream.
+//!
+//! So [`ReplicationConnection::start`] hands the socket to a background task owned by
+//! the returned [`ReplicationStream`]. The task
+//! - sends a standby status update every `status_interval` (capped at a third of the
+//!   server's `wal_sender_timeout`, queried at start) and immediately when a keepalive
+//!   asks for a reply — on its own timer, whether or not the consumer is polling;
+//! - forwards XLogData to the consumer through a bounded channel (`buffer` messages).
+//!   When the channel is full it stops reading the socket: backpressure reaches the
+//!   server through TCP, and the walsender keeps processing our status updates while it
+//!   waits to send (it polls for replies in its write loop), so the connection survives
+//!   an arbitrarily slow consumer;
+//! - reads the flush position to report from a `watch::Receiver<Lsn>` the pipeline
+//!   publishes *durable* positions on. It never reports more than that, except for the
+//!   idle rule below, and never less than it reported before.
+//!
+//! # Idle slot care
+//!
+//! When nothing is in flight the slot should still advance, or a quiet database's slot
+//! (one whose changes are all filtered out, or none at all) holds WAL forever. The server's
+//! keepalive carries its WAL end: for a logical walsender, how far it has decoded and
+//! sent. Everything that committed before that point has already been sent to us. So if
+//! every transaction we forwarded is durable and none is open, confirming the keepalive's
+//! WAL end loses nothing: [`flush_lsn_to_send`].
+//!
+//! "In flight" is tracked by the task itself ([`InFlightTracker`]), in socket order,
+//! from the first bytes of each pgoutput message it forwards (Begin opens a transaction,
+//! Commit closes it and records its end LSN, Stream Start/Commit/Abort track streamed
+//! transactions…). Doing it in the consumer would race: a keepalive read by the task
+//! could be judged against a consumer state that has not yet seen messages still queued
+//! in the channel. Consequence for the pipeline: it must publish the end LSN of *every*
+//! transaction it has finished with, including ones it emitted nothing for; otherwise
+//! the slot only advances with the next published position (safe, but holds WAL).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use cdc_schemas::Lsn;
+use postgres_protocol::authentication::md5_hash;
+use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
+use postgres_protocol::message::frontend;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+
+use super::conn::{PgConnectError, PgConnectErrorKind, PgEndpoint};
+use super::protocol::{
+    parse_frame, pg_now_micros, Frame, PgServerError, ProtocolError, ReplicationMessage,
+    StandbyStatusUpdate, XLogData,
+};
+use crate::tls::{client_config, TlsMode};
+use crate::SourceError;
+
+/// The `options` start-up parameter: the output formats [`super::values`] parses.
+pub const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601 -c extra_float_digits=3 -c bytea_output=hex";
+
+trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> AsyncStream for T {}
+
+type Io = Box<dyn AsyncStream>;
+
+/// A failure on the replication connection.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicationError {
+    /// Could not connect or authenticate.
+    #[error(transparent)]
+    Connect(#[from] PgConnectError),
+    /// The server answered a command with an ErrorResponse.
+    #[error("{what}: Postgres answered {error}. Fix: {fix}")]
+    Server {
+        what: String,
+        error: Box<PgServerError>,
+        fix: String,
+        transient: bool,
+    },
+    /// The connection broke (reset, EOF, timeout): retry.
+    #[error("{what}: the connection to Postgres at {addr} broke: {detail} (will retry)")]
+    ConnectionLost {
+        what: String,
+        addr: String,
+        detail: String,
+    },
+    /// The server sent something this client does not understand.
+    #[error("{what}: unexpected data from Postgres at {addr}: {detail}. Fix: check that source.url points at a PostgreSQL server (10 or newer); if it does, report this as a bug")]
+    Protocol {
+        what: String,
+        addr: String,
+        detail: String,
+    },
+    /// A request the server cannot serve (e.g. an option its version lacks).
+    #[error("{what}: {detail}. Fix: {fix}")]
+    Unsupported {
+        what: String,
+        detail: String,
+        fix: String,
+    },
+}
+
+impl ReplicationError {
+    /// True when retrying (after a backoff) may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ReplicationError::Connect(e) => e.is_transient(),
+            ReplicationError::Server { transient, .. } => *transient,
+            ReplicationError::ConnectionLost { .. } => true,
+            ReplicationError::Protocol { .. } | ReplicationError::Unsupported { .. } => false,
+        }
+    }
+
+    /// The SQLSTATE when the server reported the error.
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            ReplicationError::Server { error, .. } => Some(&error.code),
+            _ => None,
+        }
+    }
+}
+
+impl From<ReplicationError> for SourceError {
+    fn from(e: ReplicationError) -> SourceError {
+        if e.is_transient() {
+            return SourceError::Transient {
+                what: "postgres replication".into(),
+                detail: e.to_string(),
+            };
+        }
+        let (what, detail, fix) = match e {
+            ReplicationError::Connect(c) => ("connecting for replication".into(), c.message, c.fix),
+            ReplicationError::Server {
+                what, error, fix, ..
+            } => (what, error.to_string(), fix),
+            ReplicationError::Unsupported { what, detail, fix } => (what, detail, fix),
+            other => (
+                "postgres replication".into(),
+                other.to_string(),
+                "see the message".into(),
+            ),
+        };
+        SourceError::Definite { what, detail, fix }
+    }
+}
+
+/// SQLSTATEs after which a retry can succeed.
+fn sqlstate_is_transient(code: &str) -> bool {
+    code.starts_with("08") // connection exception
+        || matches!(
+            code,
+            "57P01" // admin_shutdown
+                | "57P02" // crash_shutdown
+                | "57P03" // cannot_connect_now
+                | "53300" // too_many_connections
+                | "55006" // object_in_use: the slot is active for another process
+                | "40001"
+                | "40P01"
+        )
+}
+
+/// What the operator can do about a server error on a replication command.
+fn fix_for(code: &str, user: &str) -> String {
+    match code {
+        "42704" => "the slot or publication does not exist: create it (the connector creates its slot on first start), or fix slot.name / publication names in the config".into(),
+        "42710" => "a replication slot of that name already exists: reuse it, pick another slot name, or drop it with SELECT pg_drop_replication_slot('<name>')".into(),
+        "55006" => "another connection is streaming from this slot: stop the other consumer (see pg_stat_replication) or wait for it to go away".into(),
+        "55000" => "the server is not configured for logical decoding: set wal_level = logical in postgresql.conf and restart Postgres".into(),
+        "53400" => "the server ran out of replication slots or WAL senders: raise max_replication_slots / max_wal_senders (restart needed) or drop unused slots".into(),
+        "42501" => format!("grant the replication privilege: ALTER ROLE \"{user}\" REPLICATION"),
+        "42601" => "the server rejected the command syntax: check the server version (PostgreSQL 10 or newer is needed)".into(),
+        c if sqlstate_is_transient(c) => "wait for the server to become available; the connector retries".into(),
+        _ => "see the server's message".into(),
+    }
+}
+
+/// Result rows of a simple query (all values in text format).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimpleQueryResult {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<Option<String>>>,
+    /// The CommandComplete tag, e.g. `SELECT 1`.
+    pub tag: String,
+}
+
+impl SimpleQueryResult {
+    /// The value of column `name` in row `row`.
+    pub fn get(&self, row: usize, name: &str) -> Option<&str> {
+        let i = self.columns.iter().position(|c| c == name)?;
+        self.rows.get(row)?.get(i)?.as_deref()
+    }
+}
+
+/// `IDENTIFY_SYSTEM`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentifySystem {
+    pub systemid: String,
+    pub timeline: u32,
+    /// Current WAL flush position.
+    pub xlogpos: Lsn,
+    /// The database connected to (`None` for physical replication connections).
+    pub dbname: Option<String>,
+}
+
+/// What to do with the snapshot a new logical slot creates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SlotSnapshot {
+    /// Export it (its name is returned); valid until the next command on this connection.
+    #[default]
+    Export,
+    /// Do not export.
+    Nothing,
+    /// Use it in the current transaction (only inside a transaction on this connection).
+    Use,
+}
+
+/// Options of [`ReplicationConnection::create_slot`].
+#[derive(Clone, Debug, Default)]
+pub struct CreateSlotOptions {
+    /// Dropped automatically when this connection ends.
+    pub temporary: bool,
+    pub snapshot: SlotSnapshot,
+    /// Decode prepared transactions at PREPARE time (Postgres 15+).
+    pub two_phase: bool,
+}
+
+/// `CREATE_REPLICATION_SLOT`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatedSlot {
+    pub slot_name: String,
+    /// Changes committing after this position will be streamed; the exported snapshot
+    /// sees everything before it.
+    pub consistent_point: Lsn,
+    /// The exported snapshot, for `SET TRANSACTION SNAPSHOT '…'` in a REPEATABLE READ
+    /// transaction on another connection, while this connection runs no other command.
+    pub snapshot_name: Option<String>,
+    pub output_plugin: Option<String>,
+}
+
+/// Options of [`ReplicationConnection::start`].
+#[derive(Clone, Debug)]
+pub struct StreamOptions {
+    /// pgoutput protocol version; `None`: the highest the server supports
+    /// ([`max_proto_version`]).
+    pub proto_version: Option<u32>,
+    /// Stream large in-progress transactions (protocol 2+, Postgres 14+).
+    pub streaming: bool,
+    /// Include logical decoding messages (`pg_logical_emit_message`, Postgres 14+).
+    pub messages: bool,
+    /// Decode prepared transactions at PREPARE time (protocol 3+, Postgres 15+).
+    pub two_phase: bool,
+    /// How often to send a status update; capped at a third of `wal_sender_timeout`.
+    pub status_interval: Duration,
+    /// Messages buffered between the socket task and the consumer.
+    pub buffer: usize,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        StreamOptions {
+            proto_version: None,
+            streaming: true,
+            messages: true,
+            two_phase: false,
+            status_interval: Duration::from_secs(10),
+            buffer: 1024,
+        }
+    }
+}
+
+/// The highest pgoutput protocol version a server supports: 1 (10+), 2 streaming (14+),
+/// 3 two-phase (15+), 4 parallel streaming (16+).
+pub fn max_proto_version(server_version_num: u32) -> u32 {
+    match server_version_num {
+        v if v >= 160000 => 4,
+        v if v >= 150000 => 3,
+        v if v >= 140000 => 2,
+        _ => 1,
+    }
+}
+
+/// Parses `server_version` ("15.8 (Debian 15.8-1)", "16.2", "9.6.3", "17devel") into the
+/// `server_version_num` form (150008).
+pub fn parse_server_version(s: &str) -> Option<u32> {
+    let v = s.split_whitespace().next()?;
+    let digits_prefix = |p: &str| -> Option<u32> {
+        let end = p.find(|c: char| !c.is_ascii_digit()).unwrap_or(p.len());
+        p[..end].parse().ok()
+    };
+    let mut parts = v.split('.');
+    let major = digits_prefix(parts.next()?)?;
+    let minor = parts.next().and_then(digits_prefix).unwrap_or(0);
+    if major >= 10 {
+        Some(major * 10000 + minor)
+    } else {
+        let patch = parts.next().and_then(digits_prefix).unwrap_or(0);
+        Some(major * 10000 + minor * 100 + patch)
+    }
+}
+
+/// Parses a duration GUC as `SHOW` prints it (`60s`, `500ms`, `1min`, `0`).
+pub fn parse_guc_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: u64 = s[..end].parse().ok()?;
+    let ms = match s[end..].trim() {
+        "" | "ms" => n,
+        "s" => n * 1000,
+        "min" => n * 60_000,
+        "h" => n * 3_600_000,
+        "d" => n * 86_400_000,
+        _ => return None,
+    };
+    Some(Duration::from_millis(ms))
+}
+
+/// `"name"` with embedded quotes doubled.
+pub fn quote_ident(s: &str) -> String {
+    format!("\"{}\"", s.replace('"', "\"\""))
+}
+
+/// `'text'` with embedded quotes doubled.
+pub fn quote_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The flush position to report in a status update.
+///
+/// `durable` is what the pipeline has made durable; `in_flight` is true while any
+/// forwarded transaction is open or not yet durable; `last_server_wal_end` is the WAL end
+/// from the newest keepalive. When idle, the server's WAL end is confirmed so the slot
+/// advances on a quiet database (everything that committed before it has been sent, and
+/// all of that is durable); otherwise exactly the durable position.
+pub fn flush_lsn_to_send(durable: Lsn, in_flight: bool, last_server_wal_end: Lsn) -> Lsn {
+    if in_flight {
+        durable
+    } else {
+        durable.max(last_server_wal_end)
+    }
+}
+
+/// Tracks, in socket order, which forwarded pgoutput transactions are still open and the
+/// highest end LSN of those completed, from each message's leading bytes.
+#[derive(Clone, Debug, Default)]
+pub struct InFlightTracker {
+    open_tx: bool,
+    in_stream: bool,
+    open_streams: HashSet<u32>,
+    /// Highest end LSN of a forwarded, completed transaction (or non-transactional
+    /// message): the durable position must reach it before the slot is idle.
+    needed: Lsn,
+}
+
+impl InFlightTracker {
+    /// Observes one pgoutput message (an XLogData payload) about to be forwarded.
+    pub fn observe(&mut self, msg: &[u8]) {
+        let u32_at = |at: usize| -> Option<u32> {
+            msg.get(at..at + 4)
+                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let lsn_at = |at: usize| -> Option<Lsn> {
+            msg.get(at..at + 8).map(|b| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                Lsn(u64::from_be_bytes(a))
+            })
+        };
+        let mut done = |end: Option<Lsn>| {
+            if let Some(end) = end {
+                self.needed = self.needed.max(end);
+            }
+        };
+        match msg.first() {
+            Some(b'B') | Some(b'b') => self.open_tx = true,
+            // Commit / Prepare / Commit Prepared: flags, lsn, end lsn…
+            Some(b'C') | Some(b'P') | Some(b'K') => {
+                self.open_tx = false;
+                done(lsn_at(10));
+            }
+            // Rollback Prepared: flags, prepare end lsn, rollback end lsn…
+            Some(b'r') => done(lsn_at(10)),
+            Some(b'S') => {
+                self.in_stream = true;
+                if let Some(xid) = u32_at(1) {
+                    self.open_streams.insert(xid);
+                }
+            }
+            Some(b'E') => self.in_stream = false,
+            // Stream Commit: xid, flags, commit lsn, end lsn…
+            Some(b'c') => {
+                if let Some(xid) = u32_at(1) {
+                    self.open_streams.remove(&xid);
+                }
+                done(lsn_at(14));
+            }
+            // Stream Abort: xid, subxid (equal for the top-level transaction).
+            Some(b'A') => {
+                if let (Some(xid), Some(sub)) = (u32_at(1), u32_at(5)) {
+                    if xid == sub {
+                        self.open_streams.remove(&xid);
+                    }
+                }
+            }
+            // Stream Prepare: flags, prepare lsn, end lsn, ts, xid…
+            Some(b'p') => {
+                if let Some(xid) = u32_at(26) {
+                    self.open_streams.remove(&xid);
+                }
+                done(lsn_at(10));
+            }
+            // A non-transactional logical message outside any transaction.
+            Some(b'M') if !self.open_tx && !self.in_stream && msg.get(1) == Some(&0) => {
+                done(lsn_at(2));
+            }
+            _ => {}
+        }
+    }
+
+    /// True while a forwarded transaction is open or its end is not yet durable.
+    pub fn in_flight(&self, durable: Lsn) -> bool {
+        self.open_tx || !self.open_streams.is_empty() || durable < self.needed
+    }
+}
+
+/// A connection in replication mode (`replication=database`), ready for commands.
+pub struct ReplicationConnection {
+    io: Io,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    endpoint: PgEndpoint,
+    params: HashMap<String, String>,
+    server_version_num: u32,
+    backend_pid: i32,
+    tls: bool,
+}
+
+impl std::fmt::Debug for ReplicationConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplicationConnection")
+            .field("endpoint", &self.endpoint.redacted)
+            .field("server_version_num", &self.server_version_num)
+            .field("backend_pid", &self.backend_pid)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+fn connect_error(kind: PgConnectErrorKind, message: String, fix: &str) -> PgConnectError {
+    PgConnectError {
+        kind,
+        message,
+        fix: fix.to_string(),
+    }
+}
+
+fn unreachable_error(ep: &PgEndpoint, detail: impl std::fmt::Display) -> PgConnectError {
+    connect_error(
+        PgConnectErrorKind::Unreachable,
+        format!("cannot reach Postgres at {} for replication: {detail}", ep.address()),
+        "check the host and port in source.url, that Postgres is running, and that listen_addresses and any firewall let this host in",
+    )
+}
+
+fn tls_error(ep: &PgEndpoint, detail: impl std::fmt::Display) -> PgConnectError {
+    let fix = match ep.tls {
+        TlsMode::VerifyCa | TlsMode::VerifyFull => {
+            "make sslrootcert point at the CA that signed the server certificate (and for verify-full, connect by a host name or IP the certificate names), or lower sslmode"
+        }
+        _ => "enable TLS on the server (ssl = on with ssl_cert_file/ssl_key_file) or use sslmode=prefer/disable",
+    };
+    connect_error(
+        PgConnectErrorKind::Tls,
+        format!(
+            "TLS with Postgres at {} failed (sslmode={}): {detail}",
+            ep.address(),
+            ep.tls.as_str()
+        ),
+        fix,
+    )
+}
+
+/// Classifies an ErrorResponse received during start-up.
+fn startup_error(ep: &PgEndpoint, e: &PgServerError) -> PgConnectError {
+    let (kind, fix) = match e.code.as_str() {
+        "28P01" => (
+            PgConnectErrorKind::Auth,
+            format!(
+                "check the password of role {:?} (source.password, or CDC_SOURCE__PASSWORD); to set it: ALTER ROLE \"{}\" PASSWORD '...'",
+                ep.user, ep.user
+            ),
+        ),
+        "28000" => (
+            PgConnectErrorKind::Auth,
+            format!(
+                "add a pg_hba.conf line that lets role {:?} open replication connections to database {:?} from this host (e.g. 'host {} {} <client-ip>/32 scram-sha-256' — for replication=database the database column is matched like a normal connection), then SELECT pg_reload_conf()",
+                ep.user, ep.dbname, ep.dbname, ep.user
+            ),
+        ),
+        "42501" => (
+            PgConnectErrorKind::Auth,
+            format!("grant the replication privilege: ALTER ROLE \"{}\" REPLICATION", ep.user),
+        ),
+        "3D000" => (
+            PgConnectErrorKind::NoDatabase,
+            format!(
+                "create the database (CREATE DATABASE \"{}\") or fix the database name in source.url",
+                ep.dbname
+            ),
+        ),
+        c if sqlstate_is_transient(c) => (
+            PgConnectErrorKind::Unreachable,
+            "wait for the server to accept connections, or raise max_connections / max_wal_senders".into(),
+        ),
+        "53400" => (
+            PgConnectErrorKind::Other,
+            "raise max_wal_senders (restart needed) or stop other replication connections".into(),
+        ),
+        _ => (PgConnectErrorKind::Other, "see the server's message".into()),
+    };
+    PgConnectError {
+        kind,
+        message: format!(
+            "Postgres at {} refused the replication connection as {:?}: {e}",
+            ep.address(),
+            ep.user
+        ),
+        fix,
+    }
+}
+
+impl ReplicationConnection {
+    /// Connects, negotiates TLS per `ep.tls`, starts a `replication=database` session and
+    /// authenticates. The whole sequence is bounded by `ep.connect_timeout`.
+    pub async fn connect(ep: &PgEndpoint) -> Result<ReplicationConnection, ReplicationError> {
+        match tokio::time::timeout(ep.connect_timeout, Self::connect_inner(ep)).await {
+            Ok(r) => r,
+            Err(_) => Err(unreachable_error(
+                ep,
+                format!(
+                    "no complete start-up within connect_timeout ({:?})",
+                    ep.connect_timeout
+                ),
+            )
+            .into()),
+        }
+    }
+
+    async fn connect_inner(ep: &PgEndpoint) -> Result<ReplicationConnection, ReplicationError> {
+        let (io, tls) = if ep.host.starts_with('/') {
+            let path = ep.address();
+            let s = tokio::net::UnixStream::connect(&path)
+                .await
+                .map_err(|e| unreachable_error(ep, e))?;
+            (Box::new(s) as Io, false)
+        } else {
+            let mut tcp = tokio::net::TcpStream::connect((ep.host.as_str(), ep.port))
+                .await
+                .map_err(|e| unreachable_error(ep, e))?;
+            let _ = tcp.set_nodelay(true);
+            if ep.tls == TlsMode::Disable {
+                (Box::new(tcp) as Io, false)
+            } else {
+                let mut req = BytesMut::new();
+                frontend::ssl_request(&mut req);
+                tcp.write_all(&req)
+                    .await
+                    .map_err(|e| unreachable_error(ep, e))?;
+                let answer = tcp.read_u8().await.map_err(|e| unreachable_error(ep, e))?;
+                match answer {
+                    b'S' => {
+                        let config = client_config(ep.tls, ep.root_cert.as_deref())
+                            .map_err(|e| tls_error(ep, e))?;
+                        let name = rustls_pki_types::ServerName::try_from(ep.host.clone())
+                            .map_err(|e| {
+                                tls_error(ep, format!("invalid server name {:?}: {e}", ep.host))
+                            })?;
+                        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+                        let s = connector
+                            .connect(name, tcp)
+                            .await
+                            .map_err(|e| tls_error(ep, e))?;
+                        (Box::new(s) as Io, true)
+                    }
+                    b'N' if ep.tls == TlsMode::Prefer => (Box::new(tcp) as Io, false),
+                    b'N' => {
+                        return Err(
+                            tls_error(ep, "the server does not accept TLS connections").into()
+                        )
+                    }
+                    other => {
+                        return Err(ReplicationError::Protocol {
+                            what: "TLS negotiation".into(),
+                            addr: ep.address(),
+                            detail: format!("answer {:?} to SSLRequest", other as char),
+                        })
+                    }
+                }
+            }
+        };
+        let mut conn = ReplicationConnection {
+            io,
+            rbuf: BytesMut::with_capacity(64 * 1024),
+            wbuf: BytesMut::with_capacity(1024),
+            endpoint: ep.clone(),
+            params: HashMap::new(),
+            server_version_num: 0,
+            backend_pid: 0,
+            tls,
+        };
+        conn.startup().await?;
+        Ok(conn)
+    }
+
+    async fn startup(&mut self) -> Result<(), ReplicationError> {
+        let ep = self.endpoint.clone();
+        let params = [
+            ("user", ep.user.as_str()),
+            ("database", ep.dbname.as_str()),
+            ("replication", "database"),
+            ("application_name", ep.application_name.as_str()),
+            ("client_encoding", "UTF8"),
+            ("options", SESSION_OPTIONS),
+        ];
+        frontend::startup_message(params, &mut self.wbuf)
+            .map_err(|e| self.protocol("start-up", e))?;
+        self.flush("start-up").await?;
+
+        let mut scram: Option<ScramSha256> = None;
+        let password = || {
+            ep.password.as_ref().map(|p| p.expose().to_string()).ok_or_else(|| {
+                ReplicationError::from(connect_error(
+                    PgConnectErrorKind::Auth,
+                    format!(
+                        "Postgres at {} asks for a password for {:?} and none is configured",
+                        ep.address(),
+                        ep.user
+                    ),
+                    "put the password into source.url or source.password (env CDC_SOURCE__PASSWORD)",
+                ))
+            })
+        };
+        // Authentication.
+        loop {
+            let f = self.read_frame("authentication").await?;
+            match f.tag {
+                b'R' => {
+                    let code = be_i32(&f.body, 0).ok_or_else(|| {
+                        self.protocol("authentication", "short authentication request")
+                    })?;
+                    match code {
+                        0 => break,
+                        3 => {
+                            let pw = password()?;
+                            frontend::password_message(pw.as_bytes(), &mut self.wbuf)
+                                .map_err(|e| self.protocol("authentication", e))?;
+                            self.flush("authentication").await?;
+                        }
+                        5 => {
+                            let salt: [u8; 4] = f
+                                .body
+                                .get(4..8)
+                                .and_then(|s| s.try_into().ok())
+                                .ok_or_else(|| self.protocol("authentication", "short md5 salt"))?;
+                            let pw = password()?;
+                            let hash = md5_hash(ep.user.as_bytes(), pw.as_bytes(), salt);
+                            frontend::password_message(hash.as_bytes(), &mut self.wbuf)
+                                .map_err(|e| self.protocol("authentication", e))?;
+                            self.flush("authentication").await?;
+                        }
+                        10 => {
+                            let mechanisms: Vec<&[u8]> = f.body[4..]
+                                .split(|&b| b == 0)
+                                .filter(|m| !m.is_empty())
+                                .collect();
+                            if !mechanisms.contains(&SCRAM_SHA_256.as_bytes()) {
+                                return Err(connect_error(
+                                    PgConnectErrorKind::Auth,
+                                    format!(
+                                        "Postgres at {} offers SASL mechanisms {:?}, none of which this client supports",
+                                        ep.address(),
+                                        mechanisms.iter().map(|m| String::from_utf8_lossy(m)).collect::<Vec<_>>()
+                                    ),
+                                    "allow scram-sha-256 (or md5) for this role in pg_hba.conf",
+                                )
+                                .into());
+                            }
+                            let pw = password()?;
+                            // Channel binding (SCRAM-SHA-256-PLUS) is not implemented: say
+                            // so ("n"), which a server offering -PLUS accepts.
+                            let s = ScramSha256::new(pw.as_bytes(), ChannelBinding::unsupported());
+                            frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut self.wbuf)
+                                .map_err(|e| self.protocol("authentication", e))?;
+                            scram = Some(s);
+                            self.flush("authentication").await?;
+                        }
+                        11 => {
+                            let s = scram.as_mut().ok_or_else(|| {
+                                self.protocol("authentication", "SASL continue without SASL start")
+                            })?;
+                            s.update(&f.body[4..]).map_err(|e| {
+                                connect_error(
+                                    PgConnectErrorKind::Auth,
+                                    format!("SCRAM exchange with Postgres at {} failed: {e}", ep.address()),
+                                    "check the password of the role",
+                                )
+                            })?;
+                            let msg = s.message().to_vec();
+                            frontend::sasl_response(&msg, &mut self.wbuf)
+                                .map_err(|e| self.protocol("authentication", e))?;
+                            self.flush("authentication").await?;
+                        }
+                        12 => {
+                            let s = scram.as_mut().ok_or_else(|| {
+                                self.protocol("authentication", "SASL final without SASL start")
+                            })?;
+                            s.finish(&f.body[4..]).map_err(|e| {
+                                connect_error(
+                                    PgConnectErrorKind::Auth,
+                                    format!(
+                                        "Postgres at {} failed SCRAM server verification: {e}",
+                                        ep.address()
+                                    ),
+                                    "make sure source.url points at the intended server",
+                                )
+                            })?;
+                        }
+                        other => {
+                            return Err(connect_error(
+                                PgConnectErrorKind::Auth,
+                                format!(
+                                    "Postgres at {} asks for authentication method {other} (Kerberos/GSS/SSPI), which this client does not support",
+                                    ep.address()
+                                ),
+                                "allow scram-sha-256, md5, password or trust for this role in pg_hba.conf",
+                            )
+                            .into())
+                        }
+                    }
+                }
+                b'E' => return Err(startup_error(&ep, &PgServerError::parse(&f.body)).into()),
+                b'N' => log_notice(&f.body),
+                other => {
+                    return Err(self.protocol(
+                        "authentication",
+                        format!("unexpected message {:?}", other as char),
+                    ))
+                }
+            }
+        }
+        // Parameters until ReadyForQuery.
+        loop {
+            let f = self.read_frame("start-up").await?;
+            match f.tag {
+                b'S' => self.parameter_status(&f.body),
+                b'K' => self.backend_pid = be_i32(&f.body, 0).unwrap_or(0),
+                b'Z' => break,
+                b'E' => return Err(startup_error(&ep, &PgServerError::parse(&f.body)).into()),
+                b'N' => log_notice(&f.body),
+                other => {
+                    return Err(self.protocol(
+                        "start-up",
+                        format!("unexpected message {:?}", other as char),
+                    ))
+                }
+            }
+        }
+        if self.server_version_num == 0 {
+            let r = self.simple_query("SHOW server_version_num").await?;
+            self.server_version_num = r
+                .first()
+                .and_then(|r| r.get(0, "server_version_num"))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+        tracing::debug!(
+            server = %ep.address(),
+            version = self.server_version_num,
+            tls = self.tls,
+            pid = self.backend_pid,
+            "replication connection ready"
+        );
+        Ok(())
+    }
+
+    fn parameter_status(&mut self, body: &[u8]) {
+        let mut parts = body.split(|&b| b == 0);
+        let name = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+        let value = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+        if name == "server_version" {
+            if let Some(v) = parse_server_version(&value) {
+                self.server_version_num = v;
+            }
+        }
+        self.params.insert(name, value);
+    }
+
+    fn protocol(&self, what: &str, detail: impl std::fmt::Display) -> ReplicationError {
+        ReplicationError::Protocol {
+            what: what.into(),
+            addr: self.endpoint.address(),
+            detail: detail.to_string(),
+        }
+    }
+
+    fn lost(&self, what: &str, detail: impl std::fmt::Display) -> ReplicationError {
+        ReplicationError::ConnectionLost {
+            what: what.into(),
+            addr: self.endpoint.address(),
+            detail: detail.to_string(),
+        }
+    }
+
+    fn server_error(&self, what: &str, error: PgServerError) -> ReplicationError {
+        ReplicationError::Server {
+            what: what.into(),
+            fix: fix_for(&error.code, &self.endpoint.user),
+            transient: sqlstate_is_transient(&error.code),
+            error: Box::new(error),
+        }
+    }
+
+    async fn flush(&mut self, what: &str) -> Result<(), ReplicationError> {
+        let buf = self.wbuf.split();
+        let r = async {
+            self.io.write_all(&buf).await?;
+            self.io.flush().await
+        }
+        .await;
+        r.map_err(|e| self.lost(what, e))
+    }
+
+    async fn read_frame(&mut self, what: &str) -> Result<Frame, ReplicationError> {
+        loop {
+            match parse_frame(&mut self.rbuf) {
+                Ok(Some(f)) => return Ok(f),
+                Ok(None) => {}
+                Err(e) => return Err(self.protocol(what, e)),
+            }
+            let n = self
+                .io
+                .read_buf(&mut self.rbuf)
+                .await
+                .map_err(|e| self.lost(what, e))?;
+            if n == 0 {
+                return Err(self.lost(what, "the server closed the connection"));
+            }
+        }
+    }
+
+    /// The server's `server_version_num` (e.g. 150008).
+    pub fn server_version_num(&self) -> u32 {
+        self.server_version_num
+    }
+
+    /// A parameter the server reported (`server_version`, `TimeZone`, `DateStyle`, …).
+    pub fn parameter(&self, name: &str) -> Option<&str> {
+        self.params.get(name).map(String::as_str)
+    }
+
+    /// The walsender's process id (for `pg_stat_replication` / `pg_terminate_backend`).
+    pub fn backend_pid(&self) -> i32 {
+        self.backend_pid
+    }
+
+    /// True when the connection is encrypted.
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// Runs one or more statements with the simple query protocol. Replication
+    /// connections accept replication commands and (with `replication=database`) plain
+    /// SQL such as `SHOW server_version` or `SELECT …`.
+    pub async fn simple_query(
+        &mut self,
+        sql: &str,
+    ) -> Result<Vec<SimpleQueryResult>, ReplicationError> {
+        let what = command_name(sql);
+        frontend::query(sql, &mut self.wbuf).map_err(|e| self.protocol(&what, e))?;
+        self.flush(&what).await?;
+        let mut results = Vec::new();
+        let mut current = SimpleQueryResult::default();
+        let mut error = None;
+        loop {
+            let f = self.read_frame(&what).await?;
+            match f.tag {
+                b'T' => {
+                    current.columns =
+                        parse_row_description(&f.body).map_err(|e| self.protocol(&what, e))?
+                }
+                b'D' => current
+                    .rows
+                    .push(parse_data_row(&f.body).map_err(|e| self.protocol(&what, e))?),
+                b'C' => {
+                    current.tag = cstr(&f.body);
+                    results.push(std::mem::take(&mut current));
+                }
+                b'I' => {}
+                b'E' => error = Some(PgServerError::parse(&f.body)),
+                b'N' => log_notice(&f.body),
+                b'S' => self.parameter_status(&f.body),
+                b'Z' => break,
+                b'H' | b'W' | b'G' => {
+                    return Err(self.protocol(
+                        &what,
+                        "the command started a COPY; use start() for START_REPLICATION",
+                    ))
+                }
+                other => {
+                    return Err(
+                        self.protocol(&what, format!("unexpected message {:?}", other as char))
+                    )
+                }
+            }
+        }
+        match error {
+            Some(e) => Err(self.server_error(&what, e)),
+            None => Ok(results),
+        }
+    }
+
+    /// `IDENTIFY_SYSTEM`.
+    pub async fn identify_system(&mut self) -> Result<IdentifySystem, ReplicationError> {
+        let r = self.simple_query("IDENTIFY_SYSTEM").await?;
+        let r = r
+            .first()
+            .filter(|r| !r.rows.is_empty())
+            .ok_or_else(|| self.protocol("IDENTIFY_SYSTEM", "no result row"))?;
+        let field = |name: &str| {
+            r.get(0, name)
+                .ok_or_else(|| self.protocol("IDENTIFY_SYSTEM", format!("no {name} column")))
+        };
+        Ok(IdentifySystem {
+            systemid: field("systemid")?.to_string(),
+            timeline: field("timeline")?
+                .parse()
+                .map_err(|e| self.protocol("IDENTIFY_SYSTEM", format!("timeline: {e}")))?,
+            xlogpos: field("xlogpos")?
+                .parse()
+                .map_err(|e| self.protocol("IDENTIFY_SYSTEM", e))?,
+            dbname: r.get(0, "dbname").map(str::to_string),
+        })
+    }
+
+    /// `CREATE_REPLICATION_SLOT name [TEMPORARY] LOGICAL pgoutput …`, in the syntax of the
+    /// server's version (keywords up to 14, an option list from 15).
+    pub async fn create_slot(
+        &mut self,
+        name: &str,
+        opts: &CreateSlotOptions,
+    ) -> Result<CreatedSlot, ReplicationError> {
+        let what = format!("creating replication slot {name:?}");
+        let mut sql = format!("CREATE_REPLICATION_SLOT {}", quote_ident(name));
+        if opts.temporary {
+            sql.push_str(" TEMPORARY");
+        }
+        sql.push_str(" LOGICAL pgoutput");
+        if self.server_version_num >= 150000 {
+            let snap = match opts.snapshot {
+                SlotSnapshot::Export => "export",
+                SlotSnapshot::Nothing => "nothing",
+                SlotSnapshot::Use => "use",
+            };
+            sql.push_str(&format!(" (SNAPSHOT '{snap}'"));
+            if opts.two_phase {
+                sql.push_str(", TWO_PHASE true");
+            }
+            sql.push(')');
+        } else {
+            if opts.two_phase {
+                return Err(ReplicationError::Unsupported {
+                    what,
+                    detail: format!(
+                        "two-phase slots need PostgreSQL 15 or newer; the server is {}",
+                        self.server_version_num
+                    ),
+                    fix: "turn two_phase off".into(),
+                });
+            }
+            sql.push_str(match opts.snapshot {
+                SlotSnapshot::Export => " EXPORT_SNAPSHOT",
+                SlotSnapshot::Nothing => " NOEXPORT_SNAPSHOT",
+                SlotSnapshot::Use => " USE_SNAPSHOT",
+            });
+        }
+        let r = self
+            .simple_query(&sql)
+            .await
+            .map_err(|e| rename(e, &what))?;
+        let r = r
+            .first()
+            .filter(|r| !r.rows.is_empty())
+            .ok_or_else(|| self.protocol(&what, "no result row"))?;
+        Ok(CreatedSlot {
+            slot_name: r.get(0, "slot_name").unwrap_or(name).to_string(),
+            consistent_point: r
+                .get(0, "consistent_point")
+                .ok_or_else(|| self.protocol(&what, "no consistent_point"))?
+                .parse()
+                .map_err(|e| self.protocol(&what, e))?,
+            snapshot_name: r.get(0, "snapshot_name").map(str::to_string),
+            output_plugin: r.get(0, "output_plugin").map(str::to_string),
+        })
+    }
+
+    /// `DROP_REPLICATION_SLOT name [WAIT]` (`wait`: if the slot is active, wait for its
+    /// consumer to go away instead of failing).
+    pub async fn drop_slot(&mut self, name: &str, wait: bool) -> Result<(), ReplicationError> {
+        let sql = format!(
+            "DROP_REPLICATION_SLOT {}{}",
+            quote_ident(name),
+            if wait { " WAIT" } else { "" }
+        );
+        self.simple_query(&sql)
+            .await
+            .map_err(|e| rename(e, &format!("dropping replication slot {name:?}")))?;
+        Ok(())
+    }
+
+    /// `START_REPLICATION SLOT slot LOGICAL start_lsn (…)`: switches to CopyBoth and hands
+    /// the connection to a background task (see the module doc). `durable` carries the
+    /// position the pipeline has made durable; only it (or, when idle, the server's WAL
+    /// end) is ever confirmed. `start_lsn` is also the lowest position confirmed.
+    ///
+    /// Runs `SHOW wal_sender_timeout` first: an exported snapshot must have been imported
+    /// before this is called.
+    pub async fn start(
+        mut self,
+        slot: &str,
+        start_lsn: Lsn,
+        publications: &[&str],
+        opts: &StreamOptions,
+        durable: watch::Receiver<Lsn>,
+    ) -> Result<ReplicationStream, ReplicationError> {
+        let what = format!("starting replication from slot {slot:?}");
+        let max = max_proto_version(self.server_version_num);
+        let proto = opts.proto_version.unwrap_or(max);
+        if proto == 0 || proto > max {
+            return Err(ReplicationError::Unsupported {
+                what,
+                detail: format!(
+                    "pgoutput protocol version {proto} is not supported by server version {} (highest: {max})",
+                    self.server_version_num
+                ),
+                fix: "leave the protocol version unset to negotiate it".into(),
+            });
+        }
+        let timeout = self
+            .simple_query("SHOW wal_sender_timeout")
+            .await?
+            .first()
+            .and_then(|r| r.get(0, "wal_sender_timeout"))
+            .and_then(parse_guc_duration)
+            .filter(|d| !d.is_zero());
+        let mut interval = opts.status_interval.max(Duration::from_millis(50));
+        if let Some(t) = timeout {
+            interval = interval.min((t / 3).max(Duration::from_millis(50)));
+        }
+
+        let pubs = publications
+            .iter()
+            .map(|p| quote_ident(p))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut options = vec![
+            format!("proto_version '{proto}'"),
+            format!("publication_names {}", quote_literal(&pubs)),
+        ];
+        if opts.messages && self.server_version_num >= 140000 {
+            options.push("messages 'true'".into());
+        }
+        if opts.streaming && proto >= 2 {
+            options.push("streaming 'true'".into());
+        }
+        if opts.two_phase && proto >= 3 {
+            options.push("two_phase 'true'".into());
+        }
+        let sql = format!(
+            "START_REPLICATION SLOT {} LOGICAL {} ({})",
+            quote_ident(slot),
+            start_lsn,
+            options.join(", ")
+        );
+        frontend::query(&sql, &mut self.wbuf).map_err(|e| self.protocol(&what, e))?;
+        self.flush(&what).await?;
+        loop {
+            let f = self.read_frame(&what).await?;
+            match f.tag {
+                b'W' => break,
+                b'E' => {
+                    let e = PgServerError::parse(&f.body);
+                    // Read up to ReadyForQuery so the error is complete; ignore failures.
+                    while let Ok(f) = self.read_frame(&what).await {
+                        if f.tag == b'Z' {
+                            break;
+                        }
+                    }
+                    return Err(self.server_error(&what, e));
+                }
+                b'N' => log_notice(&f.body),
+                b'S' => self.parameter_status(&f.body),
+                other => {
+                    return Err(
+                        self.protocol(&what, format!("unexpected message {:?}", other as char))
+                    )
+                }
+            }
+        }
+        tracing::info!(
+            slot,
+            %start_lsn,
+            proto_version = proto,
+            status_interval_ms = interval.as_millis() as u64,
+            "replication stream started"
+        );
+
+        let shared = Arc::new(Shared {
+            status: Mutex::new(FeedbackStatus::default()),
+            send_now: Notify::new(),
+        });
+        let (tx, rx) = mpsc::channel(opts.buffer.max(1));
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (reader, writer) = tokio::io::split(self.io);
+        let task = StreamTask {
+            reader,
+            writer,
+            rbuf: self.rbuf,
+            wbuf: self.wbuf,
+            addr: self.endpoint.address(),
+            tx,
+            durable,
+            stop: stop_rx,
+            shared: shared.clone(),
+            interval,
+            tracker: InFlightTracker::default(),
+            floor: start_lsn,
+            last_flush: Lsn::ZERO,
+            received: start_lsn,
+            last_server_wal_end: Lsn::ZERO,
+            pending: None,
+        };
+        let handle = tokio::spawn(task.run());
+        Ok(ReplicationStream {
+            rx,
+            shared,
+            stop: stop_tx,
+            task: Some(handle),
+            proto_version: proto,
+            server_version_num: self.server_version_num,
+            status_interval: interval,
+        })
+    }
+
+    /// Ends the session politely (Terminate).
+    pub async fn close(mut self) {
+        frontend::terminate(&mut self.wbuf);
+        let _ = self.flush("closing").await;
+        let _ = self.io.shutdown().await;
+    }
+}
+
+fn rename(e: ReplicationError, what: &str) -> ReplicationError {
+    match e {
+        ReplicationError::Server {
+            error,
+            fix,
+            transient,
+            ..
+        } => ReplicationError::Server {
+            what: what.into(),
+            error,
+            fix,
+            transient,
+        },
+        other => other,
+    }
+}
+
+fn command_name(sql: &str) -> String {
+    let first: String = sql.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    format!("running {first}")
+}
+
+fn log_notice(body: &[u8]) {
+    let n = PgServerError::parse(body);
+    tracing::info!(severity = %n.severity, code = %n.code, "postgres notice: {}", n.message);
+}
+
+fn be_i32(b: &[u8], at: usize) -> Option<i32> {
+    b.get(at..at + 4)
+        .map(|s| i32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn parse_row_description(b: &[u8]) -> Result<Vec<String>, ProtocolError> {
+    let err = || ProtocolError("malformed RowDescription".into());
+    let n = b.get(0..2).ok_or_else(err)?;
+    let n = u16::from_be_bytes([n[0], n[1]]) as usize;
+    let mut at = 2;
+    let mut cols = Vec::with_capacity(n);
+    for _ in 0..n {
+        let rest = b.get(at..).ok_or_else(err)?;
+        let end = rest.iter().position(|&c| c == 0).ok_or_else(err)?;
+        cols.push(String::from_utf8_lossy(&rest[..end]).into_owned());
+        at += end + 1 + 18;
+    }
+    if at > b.len() {
+        return Err(err());
+    }
+    Ok(cols)
+}
+
+fn parse_data_row(b: &[u8]) -> Result<Vec<Option<String>>, ProtocolError> {
+    let err = || ProtocolError("malformed DataRow".into());
+    let n = b.get(0..2).ok_or_else(err)?;
+    let n = u16::from_be_bytes([n[0], n[1]]) as usize;
+    let mut at = 2;
+    let mut vals = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = be_i32(b, at).ok_or_else(err)?;
+        at += 4;
+        if len < 0 {
+            vals.push(None);
+        } else {
+            let v = b.get(at..at + len as usize).ok_or_else(err)?;
+            vals.push(Some(String::from_utf8_lossy(v).into_owned()));
+            at += len as usize;
+        }
+    }
+    Ok(vals)
+}
+
+/// What the feedback task has seen and sent, for monitoring and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FeedbackStatus {
+    /// WAL end from the newest keepalive.
+    pub last_server_wal_end: Lsn,
+    /// Highest WAL position received in XLogData.
+    pub received: Lsn,
+    /// The last status update sent.
+    pub last_sent: Option<StandbyStatusUpdate>,
+    pub updates_sent: u64,
+    pub keepalives: u64,
+    /// Whether a forwarded transaction was open or not yet durable at the last update.
+    pub in_flight: bool,
+}
+
+struct Shared {
+    status: Mutex<FeedbackStatus>,
+    send_now: Notify,
+}
+
+/// A cheap handle on a stream's feedback: status for monitoring, and a way to push an
+/// update out now (e.g. right after a durable position was published at shutdown).
+#[derive(Clone)]
+pub struct FeedbackHandle {
+    shared: Arc<Shared>,
+}
+
+impl FeedbackHandle {
+    pub fn status(&self) -> FeedbackStatus {
+        self.shared
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The WAL end from the newest keepalive.
+    pub fn last_server_wal_end(&self) -> Lsn {
+        self.status().last_server_wal_end
+    }
+
+    /// Asks the task to send a status update now.
+    pub fn send_now(&self) {
+        self.shared.send_now.notify_one();
+    }
+}
+
+/// A running logical replication stream. Messages arrive through
+/// [`ReplicationStream::next_message`]; feedback is sent by a background task whether or
+/// not the consumer polls (see the module doc).
+pub struct ReplicationStream {
+    rx: mpsc::Receiver<Result<XLogData, ReplicationError>>,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+    proto_version: u32,
+    server_version_num: u32,
+    status_interval: Duration,
+}
+
+impl ReplicationStream {
+    /// The next XLogData (one pgoutput message); `Ok(None)` when the server ended the
+    /// stream. After an error the stream is finished.
+    pub async fn next_message(&mut self) -> Result<Option<XLogData>, ReplicationError> {
+        match self.rx.recv().await {
+            Some(Ok(m)) => Ok(Some(m)),
+            Some(Err(e)) => Err(e),
+            None => Ok(None),
+        }
+    }
+
+    pub fn feedback(&self) -> FeedbackHandle {
+        FeedbackHandle {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// The pgoutput protocol version in use.
+    pub fn proto_version(&self) -> u32 {
+        self.proto_version
+    }
+
+    pub fn server_version_num(&self) -> u32 {
+        self.server_version_num
+    }
+
+    /// The effective status update interval.
+    pub fn status_interval(&self) -> Duration {
+        self.status_interval
+    }
+
+    /// Sends a last status update (with the current durable position), ends the COPY and
+    /// closes the connection. Waits at most 10 s for the server.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+}
+
+impl Drop for ReplicationStream {
+    fn drop(&mut self) {
+        // The task notices the closed channel, sends a last update and exits.
+        let _ = self.stop.send(true);
+    }
+}
+
+struct StreamTask {
+    reader: ReadHalf<Io>,
+    writer: WriteHalf<Io>,
+    rbuf: BytesMut,
+    wbuf: BytesMut,
+    addr: String,
+    tx: mpsc::Sender<Result<XLogData, ReplicationError>>,
+    durable: watch::Receiver<Lsn>,
+    stop: watch::Receiver<bool>,
+    shared: Arc<Shared>,
+    interval: Duration,
+    tracker: InFlightTracker,
+    floor: Lsn,
+    last_flush: Lsn,
+    received: Lsn,
+    last_server_wal_end: Lsn,
+    /// A message the consumer has no room for yet.
+    pending: Option<XLogData>,
+}
+
+enum Wake {
+    Stop,
+    Feedback,
+    Delivered,
+    Read(std::io::Result<usize>),
+}
+
+enum Step {
+    Continue,
+    /// The server ended the COPY.
+    ServerDone,
+}
+
+impl StreamTask {
+    fn lost(&self, detail: impl std::fmt::Display) -> ReplicationError {
+        ReplicationError::ConnectionLost {
+            what: "streaming changes".into(),
+            addr: self.addr.clone(),
+            detail: detail.to_string(),
+        }
+    }
+
+    fn protocol(&self, detail: impl std::fmt::Display) -> ReplicationError {
+        ReplicationError::Protocol {
+            what: "streaming changes".into(),
+            addr: self.addr.clone(),
+            detail: detail.to_string(),
+        }
+    }
+
+    async fn run(mut self) {
+        match self.run_inner().await {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "replication stream ended");
+                // Deliver the error unless the consumer is gone.
+                let _ = self.tx.send(Err(e)).await;
+            }
+        }
+    }
+
+    async fn run_inner(&mut self) -> Result<(), ReplicationError> {
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let shared = self.shared.clone();
+        loop {
+            // Handle what is already buffered, as long as the consumer takes it.
+            while self.pending.is_none() {
+                match parse_frame(&mut self.rbuf).map_err(|e| self.protocol(e))? {
+                    Some(frame) => {
+                        if let Step::ServerDone = self.handle_frame(frame).await? {
+                            return self.finish_after_server_done().await;
+                        }
+                    }
+                    None => break,
+                }
+            }
+            let wake = tokio::select! {
+                // Biased, in this order: stopping first (the consumer asked, or is gone);
+                // then feedback, so no amount of incoming data or consumer slowness can
+                // delay a status update (the wal_sender_timeout livelock); then handing a
+                // message to the consumer; reading the socket last and only when nothing
+                // is pending — that is the backpressure.
+                biased;
+                _ = self.stop.changed() => Wake::Stop,
+                _ = self.tx.closed() => Wake::Stop,
+                _ = ticker.tick() => Wake::Feedback,
+                _ = shared.send_now.notified() => Wake::Feedback,
+                permit = self.tx.reserve(), if self.pending.is_some() => match permit {
+                    Ok(p) => {
+                        if let Some(m) = self.pending.take() {
+                            p.send(Ok(m));
+                        }
+                        Wake::Delivered
+                    }
+                    Err(_) => Wake::Stop,
+                },
+                n = self.reader.read_buf(&mut self.rbuf), if self.pending.is_none() => Wake::Read(n),
+            };
+            match wake {
+                Wake::Stop => return self.shutdown().await,
+                Wake::Feedback => self.send_status(false).await?,
+                Wake::Delivered => {}
+                Wake::Read(n) => {
+                    let n = n.map_err(|e| self.lost(e))?;
+                    if n == 0 {
+                        return Err(self.lost("the server closed the connection"));
+                    }
+                }
+            }
+        }
+    }
+
+    async fn handle_frame(&mut self, frame: Frame) -> Result<Step, ReplicationError> {
+        match frame.tag {
+            b'd' => match ReplicationMessage::parse(frame.body).map_err(|e| self.protocol(e))? {
+                ReplicationMessage::XLogData(x) => {
+                    self.tracker.observe(&x.data);
+                    self.received = self.received.max(x.wal_start);
+                    match self.tx.try_send(Ok(x)) {
+                        Ok(()) => {}
+                        Err(mpsc::error::TrySendError::Full(Ok(x))) => self.pending = Some(x),
+                        Err(_) => {} // consumer gone; the select loop notices
+                    }
+                }
+                ReplicationMessage::Keepalive(k) => {
+                    self.last_server_wal_end = self.last_server_wal_end.max(k.wal_end);
+                    {
+                        let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
+                        s.keepalives += 1;
+                        s.last_server_wal_end = self.last_server_wal_end;
+                    }
+                    if k.reply_requested {
+                        self.send_status(false).await?;
+                    }
+                }
+            },
+            b'c' => return Ok(Step::ServerDone),
+            b'E' => {
+                let e = PgServerError::parse(&frame.body);
+                return Err(ReplicationError::Server {
+                    what: "streaming changes".into(),
+                    fix: fix_for(&e.code, ""),
+                    transient: sqlstate_is_transient(&e.code),
+                    error: Box::new(e),
+                });
+            }
+            b'N' => log_notice(&frame.body),
+            b'S' => {}
+            other => return Err(self.protocol(format!("unexpected message {:?}", other as char))),
+        }
+        Ok(Step::Continue)
+    }
+
+    fn next_update(&mut self) -> StandbyStatusUpdate {
+        let durable = *self.durable.borrow();
+        let in_flight = self.tracker.in_flight(durable);
+        let flush = flush_lsn_to_send(durable, in_flight, self.last_server_wal_end)
+            .max(self.floor)
+            .max(self.last_flush);
+        self.last_flush = flush;
+        let u = StandbyStatusUpdate {
+            write: self.received.max(flush),
+            flush,
+            apply: flush,
+            client_time: pg_now_micros(),
+            reply_requested: false,
+        };
+        let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
+        s.last_sent = Some(u);
+        s.updates_sent += 1;
+        s.in_flight = in_flight;
+        s.received = self.received;
+        u
+    }
+
+    async fn send_status(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
+        let mut u = self.next_update();
+        u.reply_requested = reply_requested;
+        u.encode(&mut self.wbuf);
+        self.write_out().await
+    }
+
+    async fn write_out(&mut self) -> Result<(), ReplicationError> {
+        let buf = self.wbuf.split();
+        let r = async {
+            self.writer.write_all(&buf).await?;
+            self.writer.flush().await
+        }
+        .await;
+        r.map_err(|e| self.lost(e))
+    }
+
+    /// Consumer-initiated end: last update, CopyDone, wait for the server's CopyDone /
+    /// ReadyForQuery (bounded), Terminate.
+    async fn shutdown(&mut self) -> Result<(), ReplicationError> {
+        self.send_status(false).await?;
+        frontend::copy_done(&mut self.wbuf);
+        self.write_out().await?;
+        let drain = async {
+            loop {
+                while let Some(f) = parse_frame(&mut self.rbuf).map_err(|e| self.protocol(e))? {
+                    if f.tag == b'Z' {
+                        return Ok::<(), ReplicationError>(());
+                    }
+                    if f.tag == b'E' {
+                        tracing::debug!(error = %PgServerError::parse(&f.body), "error while ending replication");
+                    }
+                }
+                let n = self
+                    .reader
+                    .read_buf(&mut self.rbuf)
+                    .await
+                    .map_err(|e| self.lost(e))?;
+                if n == 0 {
+                    return Ok(());
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
+        frontend::terminate(&mut self.wbuf);
+        let _ = self.write_out().await;
+        let _ = self.writer.shutdown().await;
+        Ok(())
+    }
+
+    /// The server ended the COPY (e.g. it is shutting down): answer CopyDone, report the
+    /// end to the consumer as a lost connection so it reconnects.
+    async fn finish_after_server_done(&mut self) -> Result<(), ReplicationError> {
+        let _ = self.send_status(false).await;
+        frontend::copy_done(&mut self.wbuf);
+        let _ = self.write_out().await;
+        Err(self.lost("the server ended the replication stream"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flush_rule() {
+        // In flight: exactly the durable position, whatever the server says.
+        assert_eq!(flush_lsn_to_send(Lsn(100), true, Lsn(500)), Lsn(100));
+        // Idle: the server's WAL end moves the slot.
+        assert_eq!(flush_lsn_to_send(Lsn(100), false, Lsn(500)), Lsn(500));
+        // Idle, but no keepalive yet (or an older one): the durable position.
+        assert_eq!(flush_lsn_to_send(Lsn(100), false, Lsn(0)), Lsn(100));
+        assert_eq!(flush_lsn_to_send(Lsn(100), false, Lsn(50)), Lsn(100));
+    }
+
+    fn commit(end: u64) -> Vec<u8> {
+        let mut m = vec![b'C', 0];
+        m.extend_from_slice(&(end - 8).to_be_bytes());
+        m.extend_from_slice(&end.to_be_bytes());
+        m.extend_from_slice(&0i64.to_be_bytes());
+        m
+    }
+
+    #[test]
+    fn tracker_follows_transactions() {
+        let mut t = InFlightTracker::default();
+        assert!(!t.in_flight(Lsn(0)));
+        t.observe(b"B........");
+        assert!(t.in_flight(Lsn(1000)));
+        t.observe(&commit(200));
+        assert!(t.in_flight(Lsn(199)), "commit forwarded but not durable");
+        assert!(!t.in_flight(Lsn(200)));
+        // Streamed transaction 7: open from Stream Start until Stream Commit.
+        let mut s = vec![b'S'];
+        s.extend_from_slice(&7u32.to_be_bytes());
+        s.push(1);
+        t.observe(&s);
+        t.observe(b"E");
+        assert!(t.in_flight(Lsn(200)));
+        // A subtransaction abort leaves it open; the top-level abort closes it.
+        let mut a = vec![b'A'];
+        a.extend_from_slice(&7u32.to_be_bytes());
+        a.extend_from_slice(&8u32.to_be_bytes());
+        t.observe(&a);
+        assert!(t.in_flight(Lsn(200)));
+        let mut a = vec![b'A'];
+        a.extend_from_slice(&7u32.to_be_bytes());
+        a.extend_from_slice(&7u32.to_be_bytes());
+        t.observe(&a);
+        assert!(!t.in_flight(Lsn(200)));
+        // Stream commit records its end.
+        t.observe(&s);
+        t.observe(b"E");
+        let mut c = vec![b'c'];
+        c.extend_from_slice(&7u32.to_be_bytes());
+        c.push(0);
+        c.extend_from_slice(&290u64.to_be_bytes());
+        c.extend_from_slice(&300u64.to_be_bytes());
+        c.extend_from_slice(&0i64.to_be_bytes());
+        t.observe(&c);
+        assert!(t.in_flight(Lsn(299)));
+        assert!(!t.in_flight(Lsn(300)));
+        // A non-transactional message needs its own LSN durable.
+        let mut m = vec![b'M', 0];
+        m.extend_from_slice(&400u64.to_be_bytes());
+        m.extend_from_slice(b"p\0\0\0\0\0");
+        t.observe(&m);
+        assert!(t.in_flight(Lsn(300)));
+        assert!(!t.in_flight(Lsn(400)));
+        // Garbage does not panic.
+        for g in [&b""[..], b"C", b"c\0", b"A\0\0", b"p", b"M"] {
+            t.observe(g);
+        }
+    }
+
+    #[test]
+    fn versions_and_gucs() {
+        assert_eq!(
+            parse_server_version("15.8 (Debian 15.8-0+deb12u1)"),
+            Some(150008)
+        );
+        assert_eq!(parse_server_version("16.2"), Some(160002));
+        assert_eq!(parse_server_version("17devel"), Some(170000));
+        assert_eq!(parse_server_version("9.6.3"), Some(90603));
+        assert_eq!(max_proto_version(160002), 4);
+        assert_eq!(max_proto_version(150008), 3);
+        assert_eq!(max_proto_version(140000), 2);
+        assert_eq!(max_proto_version(130010), 1);
+        assert_eq!(parse_guc_duration("60s"), Some(Duration::from_secs(60)));
+        assert_eq!(
+            parse_guc_duration("500ms"),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(parse_guc_duration("1min"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_guc_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_guc_duration("x"), None);
+        assert_eq!(quote_ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(quote_literal("it's"), "'it''s'");
+    }
+
+    #[test]
+    fn row_parsing() {
+        let mut t = vec![0, 1];
+        t.extend_from_slice(b"slot_name\0");
+        t.extend_from_slice(&[0; 18]);
+        assert_eq!(parse_row_description(&t).unwrap(), vec!["slot_name"]);
+        assert!(parse_row_description(&t[..t.len() - 1]).is_err());
+        let mut d = vec![0, 2];
+        d.extend_from_slice(&3i32.to_be_bytes());
+        d.extend_from_slice(b"abc");
+        d.extend_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(
+            parse_data_row(&d).unwrap(),
+            vec![Some("abc".to_string()), None]
+        );
+        assert!(parse_data_row(&d[..5]).is_err());
+    }
+}
