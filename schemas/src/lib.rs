@@ -25,6 +25,7 @@ pub mod encode;
 pub mod event;
 pub mod gtid;
 pub mod position;
+pub mod registry;
 pub mod table;
 pub mod value;
 
