@@ -198,6 +198,38 @@ async fn postgres_missing_table_fails() {
 }
 
 #[tokio::test]
+async fn postgres_slot_with_wrong_plugin_fails() {
+    let pg = PgServer::shared();
+    let db = pg_db(pg).await;
+    // A slot of the connector's default name (cdc_<name>), made for another plugin.
+    pg.execute(
+        &db,
+        "SELECT pg_create_logical_replication_slot('cdc_wrongplugin', 'test_decoding')",
+    )
+    .await
+    .unwrap();
+    let cfg = config(
+        "postgres",
+        &pg.url("cdc", "cdc-pw", &db),
+        &["public.orders"],
+    )
+    .replace("name = \"it\"", "name = \"wrongplugin\"");
+    let run = check(&cfg);
+    pg.execute(&db, "SELECT pg_drop_replication_slot('cdc_wrongplugin')")
+        .await
+        .unwrap();
+    assert_failed(
+        &run,
+        "slot",
+        &[
+            "\"test_decoding\"",
+            "pgoutput",
+            "pg_drop_replication_slot('cdc_wrongplugin')",
+        ],
+    );
+}
+
+#[tokio::test]
 async fn postgres_wrong_password_fails() {
     let pg = PgServer::shared();
     let db = pg_db(pg).await;
