@@ -105,27 +105,38 @@ fn main() -> Result<(), cdc_log::LogError> {
             flush_time.as_secs_f64(),
             log.metrics().flushes
         );
-        // Read back twice: the first pass may still fault pages in.
-        for pass in 0..2 {
+        // Read back: the borrowing path (`poll_with`, no allocation per record) twice (the
+        // first pass may still fault pages in), then the owned path (`poll`, a `Record`
+        // with refcounted `Bytes` per record) once for comparison.
+        for pass in 0..3 {
             let mut r = log.reader(&name, 0, StartAt::Earliest)?;
             let t0 = Instant::now();
             let mut n = 0u64;
             let mut bytes = 0u64;
+            let owned = pass == 2;
             loop {
-                let got = r.poll(1 << 20)?;
-                if got.is_empty() {
+                let got = if owned {
+                    let got = r.poll(1 << 20)?;
+                    bytes += got
+                        .iter()
+                        .map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64)
+                        .sum::<u64>();
+                    got.len()
+                } else {
+                    r.poll_with(1 << 20, |rec| {
+                        bytes += rec.value.map_or(0, |v| v.len()) as u64;
+                    })?
+                };
+                if got == 0 {
                     break;
                 }
-                n += got.len() as u64;
-                bytes += got
-                    .iter()
-                    .map(|r| r.value.as_ref().map_or(0, |v| v.len()) as u64)
-                    .sum::<u64>();
+                n += got as u64;
             }
             assert_eq!(n, written);
             let el = t0.elapsed().as_secs_f64();
             println!(
-                "read   {size:>5} B records (pass {pass}): {:>9.0} rec/s, payload {:>7.1} MB/s, on disk {:>7.1} MB/s",
+                "read   {size:>5} B records ({}): {:>9.0} rec/s, payload {:>7.1} MB/s, on disk {:>7.1} MB/s",
+                if owned { "poll, owned     " } else if pass == 0 { "poll_with pass 0" } else { "poll_with pass 1" },
                 n as f64 / el,
                 bytes as f64 / el / 1e6,
                 disk_bytes as f64 / el / 1e6

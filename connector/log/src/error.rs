@@ -98,8 +98,14 @@ pub enum LogError {
         advice: &'static str,
     },
     /// Another process (or another `Log` in this process) holds the directory.
-    #[error("log directory {0} is locked by another process; stop it or use another directory")]
-    Locked(PathBuf),
+    #[error("the log at {} is in use by another process{}: stop it, or use a read-only command (Log::open_read_only) or another directory", dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    Locked { dir: PathBuf, pid: Option<u32> },
+    /// A write on a log opened read-only.
+    #[error("the log at {} is open read-only; writing needs the writer lock (Log::open)", .0.display())]
+    ReadOnly(PathBuf),
+    /// A read-only open of a directory that holds no log.
+    #[error("{} is not a cdc log directory (no ledger file); check the path", .0.display())]
+    NotALog(PathBuf),
     #[error("topic {0:?} does not exist; create it first")]
     UnknownTopic(String),
     #[error("topic {0:?} already exists")]

@@ -56,7 +56,8 @@ pub fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
 }
 
 /// An exclusive `flock` on `<dir>/.lock`, held for the life of the `Log`. The kernel
-/// drops it when the process dies, so a crash never leaves a stale lock.
+/// drops it when the process dies, so a crash never leaves a stale lock. The holder writes
+/// its pid into the file (informational: the error message of a second opener names it).
 #[derive(Debug)]
 pub struct DirLock {
     _file: File,
@@ -77,11 +78,100 @@ impl DirLock {
         if rc != 0 {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(LogError::Locked(dir.to_path_buf()));
+                let pid = fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok());
+                return Err(LogError::Locked {
+                    dir: dir.to_path_buf(),
+                    pid,
+                });
             }
             return Err(LogError::io("locking", &path, err));
         }
+        // Best effort: the pid is only for messages.
+        let _ = file.set_len(0);
+        let _ = std::os::unix::fs::FileExt::write_all_at(
+            &file,
+            format!("{}\n", std::process::id()).as_bytes(),
+            0,
+        );
         Ok(DirLock { _file: file })
+    }
+}
+
+/// An inotify watch on a directory: modifications, creations, moves in and deletions of
+/// its entries. Events queue up in the kernel between waits, so a change that lands
+/// between the caller's check and [`DirWatcher::wait`] is not lost.
+#[derive(Debug)]
+pub struct DirWatcher {
+    fd: libc::c_int,
+    dir: PathBuf,
+}
+
+impl DirWatcher {
+    pub fn new(dir: &Path) -> Result<DirWatcher> {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: plain syscalls; the path is NUL-terminated; the descriptor is owned by
+        // the returned value (closed in Drop) or closed here on error.
+        unsafe {
+            let fd = libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK);
+            if fd < 0 {
+                return Err(LogError::io(
+                    "inotify_init for",
+                    dir,
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            let mut c = dir.as_os_str().as_bytes().to_vec();
+            c.push(0);
+            let mask = libc::IN_MODIFY | libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_DELETE;
+            if libc::inotify_add_watch(fd, c.as_ptr() as *const libc::c_char, mask) < 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(LogError::io("watching", dir, e));
+            }
+            Ok(DirWatcher {
+                fd,
+                dir: dir.to_path_buf(),
+            })
+        }
+    }
+
+    /// Blocks until an event is queued or `timeout`; drains the queue. Returns whether
+    /// there was an event.
+    pub fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: poll/read on our own descriptor into a local buffer of the given size.
+        unsafe {
+            let rc = libc::poll(&mut pfd, 1, ms);
+            if rc < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    return Ok(false);
+                }
+                return Err(LogError::io("waiting for changes in", &self.dir, e));
+            }
+            if rc == 0 {
+                return Ok(false);
+            }
+            let mut buf = [0u8; 4096];
+            while libc::read(self.fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) > 0 {}
+        }
+        Ok(true)
+    }
+}
+
+impl Drop for DirWatcher {
+    fn drop(&mut self) {
+        // SAFETY: closing the descriptor this value owns, once.
+        unsafe {
+            libc::close(self.fd);
+        }
     }
 }
 

@@ -92,7 +92,7 @@ pub use crate::log::{
 pub use crate::metrics::MetricsSnapshot;
 pub use crate::partition::AppendInfo;
 pub use crate::partitioner::{murmur2, partition_for_key};
-pub use crate::reader::{Reader, ResetPolicy, StartAt};
+pub use crate::reader::{Reader, RecordView, ResetPolicy, StartAt};
 pub use crate::record::{now_ms, Header, HeaderRef, NewRecord, Record};
 pub use crate::topic_config::{CleanupPolicy, TopicConfig};
 

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crate::error::{LogError, Result};
 use crate::fsutil::{self, DirLock};
 use crate::groups::GroupStore;
-use crate::ledger::{LedgerState, PartitionMark};
+use crate::ledger::{LedgerFile, LedgerState, LoadedFormat, PartitionMark};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::notify::{HasNotifier, Notified, Notifier};
 use crate::partition::{lock, AppendInfo, Partition};
@@ -48,8 +48,13 @@ pub enum FlushPolicy {
     Manual,
     /// Every append is flushed before it returns.
     EveryAppend,
-    /// Flush inside `append` once this many bytes were appended, or this much time passed,
-    /// since the last flush (checked on append; there is no timer thread).
+    /// Flush once this many bytes were appended since the last flush (checked inside
+    /// `append`), or once appended data has waited `interval` without a flush (checked
+    /// inside `append` *and* by a timer thread the `Log` owns, so a quiet producer's last
+    /// records do not wait for the next append). Automatic flushes never move the
+    /// checkpoint: a pipeline still flushes explicitly (`flush(Some(position))`) before
+    /// acknowledging a source position; the threshold only bounds how long records stay
+    /// invisible to readers.
     Threshold {
         bytes: Option<u64>,
         interval: Option<Duration>,
@@ -71,6 +76,10 @@ pub struct LogOptions {
     pub accept_damaged_tail: bool,
     /// Run retention and compaction on a background thread at this interval.
     pub maintenance_interval: Option<Duration>,
+    /// Open without the writer lock, for inspection tools and readers in another process
+    /// than the writer (see [`Log::open_read_only`]). Nothing is created, repaired or
+    /// deleted; every write fails with [`LogError::ReadOnly`].
+    pub read_only: bool,
 }
 
 impl Default for LogOptions {
@@ -81,6 +90,7 @@ impl Default for LogOptions {
             budget_wait: Duration::ZERO,
             accept_damaged_tail: false,
             maintenance_interval: None,
+            read_only: false,
         }
     }
 }
@@ -108,10 +118,14 @@ impl HasNotifier for BudgetSignal {
 
 pub(crate) struct LogInner {
     pub dir: PathBuf,
-    _lock: DirLock,
+    _lock: Option<DirLock>,
     pub options: LogOptions,
     pub topics: RwLock<BTreeMap<String, Arc<TopicInner>>>,
     pub ledger: Mutex<LedgerState>,
+    /// The writer's open ledger file (`None` when read-only). Taken after `ledger`.
+    pub ledger_file: Mutex<Option<LedgerFile>>,
+    /// Read-only logs: inotify watch on the directory (the writer's ledger writes).
+    watcher: Option<fsutil::DirWatcher>,
     flush_lock: Mutex<FlushClock>,
     bytes_since_flush: AtomicU64,
     pub groups: Mutex<GroupStore>,
@@ -197,26 +211,114 @@ fn topics_dir(dir: &Path) -> PathBuf {
     dir.join("topics")
 }
 
+fn list_topic_dirs(td: &Path) -> Result<Vec<String>> {
+    let mut topic_names = Vec::new();
+    let rd = match fs::read_dir(td) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(topic_names),
+        Err(e) => return Err(LogError::io("listing", td, e)),
+    };
+    for ent in rd {
+        let ent = ent.map_err(|e| LogError::io("listing", td, e))?;
+        if let Some(name) = ent.file_name().to_str() {
+            if ent.path().is_dir() && validate_topic_name(name).is_ok() {
+                topic_names.push(name.to_string());
+            }
+        }
+    }
+    topic_names.sort();
+    Ok(topic_names)
+}
+
+/// Opens (recovers) one topic's partitions against the ledger; `None` for a directory
+/// without `topic.conf` (an interrupted creation: removed unless read-only).
+fn open_topic(
+    td: &Path,
+    name: &str,
+    ledger: &LedgerState,
+    options: &LogOptions,
+    metrics: &Metrics,
+) -> Result<Option<Arc<TopicInner>>> {
+    let tdir = td.join(name);
+    let Some(config) = TopicConfig::load(&tdir)? else {
+        if !options.read_only {
+            tracing::warn!(topic = %name, "removing topic directory without topic.conf (creation interrupted)");
+            fs::remove_dir_all(&tdir).map_err(|e| LogError::io("removing", &tdir, e))?;
+        }
+        return Ok(None);
+    };
+    let mut parts = Vec::with_capacity(config.partitions as usize);
+    for p in 0..config.partitions {
+        let key = (name.to_string(), p);
+        let mark = ledger.partitions.get(&key).copied().unwrap_or_default();
+        let (part, report) = Partition::open(
+            name,
+            p,
+            tdir.join(p.to_string()),
+            mark,
+            options.accept_damaged_tail,
+            options.read_only,
+        )?;
+        if report.truncated_bytes > 0 || report.removed_segments > 0 {
+            tracing::warn!(
+                topic = %name,
+                partition = p,
+                durable_end = mark.durable_end,
+                truncated_bytes = report.truncated_bytes,
+                removed_segments = report.removed_segments,
+                "recovery cut unflushed or torn data past the durable end"
+            );
+        }
+        Metrics::add(&metrics.recovery_truncated_bytes, report.truncated_bytes);
+        Metrics::add(&metrics.recovery_removed_segments, report.removed_segments);
+        Metrics::add(&metrics.recovery_rebuilt_indexes, report.rebuilt_indexes);
+        parts.push(Arc::new(part));
+    }
+    Ok(Some(Arc::new(TopicInner {
+        name: name.to_string(),
+        config,
+        partitions: parts,
+        round_robin: AtomicU32::new(0),
+    })))
+}
+
 impl Log {
     /// Opens (creating if needed) the log in `dir`, recovering every partition against the
     /// ledger (see `partition.rs`). Cuts are logged at warn level and counted in metrics.
+    /// With `options.read_only`, see [`Log::open_read_only`].
     pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> Result<Log> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(topics_dir(&dir))
-            .map_err(|e| LogError::io("creating log directory", &dir, e))?;
-        let lock_ = DirLock::acquire(&dir)?;
-        let mut topic_names = Vec::new();
+        let read_only = options.read_only;
         let td = topics_dir(&dir);
-        for ent in fs::read_dir(&td).map_err(|e| LogError::io("listing", &td, e))? {
-            let ent = ent.map_err(|e| LogError::io("listing", &td, e))?;
-            if let Some(name) = ent.file_name().to_str() {
-                if ent.path().is_dir() && validate_topic_name(name).is_ok() {
-                    topic_names.push(name.to_string());
+        let lock_ = if read_only {
+            if !dir.join(crate::ledger::FILE_NAME).exists() {
+                return Err(LogError::NotALog(dir));
+            }
+            None
+        } else {
+            fs::create_dir_all(&td).map_err(|e| LogError::io("creating log directory", &dir, e))?;
+            Some(DirLock::acquire(&dir)?)
+        };
+        let topic_names = list_topic_dirs(&td)?;
+        let mut ledger_file = None;
+        let mut ledger = match LedgerState::load(&dir)? {
+            Some((l, format)) => {
+                if !read_only {
+                    let mut l = l;
+                    ledger_file = Some(match format {
+                        LoadedFormat::V1 => {
+                            tracing::info!(dir = %dir.display(), "migrating the ledger to format 2 (two in-place slots)");
+                            LedgerFile::create(&dir, &mut l)?
+                        }
+                        LoadedFormat::V2 { slot_size, newest } => {
+                            LedgerFile::open(&dir, slot_size, newest, l.generation)?
+                        }
+                    });
+                    l
+                } else {
+                    l
                 }
             }
-        }
-        let mut ledger = match LedgerState::load(&dir)? {
-            Some(l) => l,
             None => {
                 if topic_names
                     .iter()
@@ -230,7 +332,7 @@ impl Log {
                     ));
                 }
                 let mut l = LedgerState::default();
-                l.store(&dir)?;
+                ledger_file = Some(LedgerFile::create(&dir, &mut l)?);
                 l
             }
         };
@@ -238,52 +340,18 @@ impl Log {
         let mut topics = BTreeMap::new();
         let mut ledger_changed = false;
         for name in topic_names {
-            let tdir = td.join(&name);
-            let Some(config) = TopicConfig::load(&tdir)? else {
-                tracing::warn!(topic = %name, "removing topic directory without topic.conf (creation interrupted)");
-                fs::remove_dir_all(&tdir).map_err(|e| LogError::io("removing", &tdir, e))?;
+            let Some(topic) = open_topic(&td, &name, &ledger, &options, &metrics)? else {
                 continue;
             };
-            let mut parts = Vec::with_capacity(config.partitions as usize);
-            for p in 0..config.partitions {
-                let key = (name.clone(), p);
-                let mark = ledger.partitions.get(&key).copied().unwrap_or_default();
-                let (part, report) = Partition::open(
-                    &name,
-                    p,
-                    tdir.join(p.to_string()),
-                    mark,
-                    options.accept_damaged_tail,
-                )?;
-                if report.truncated_bytes > 0 || report.removed_segments > 0 {
-                    tracing::warn!(
-                        topic = %name,
-                        partition = p,
-                        durable_end = mark.durable_end,
-                        truncated_bytes = report.truncated_bytes,
-                        removed_segments = report.removed_segments,
-                        "recovery cut unflushed or torn data past the durable end"
-                    );
-                }
-                Metrics::add(&metrics.recovery_truncated_bytes, report.truncated_bytes);
-                Metrics::add(&metrics.recovery_removed_segments, report.removed_segments);
-                Metrics::add(&metrics.recovery_rebuilt_indexes, report.rebuilt_indexes);
+            for part in &topic.partitions {
+                let key = (name.clone(), part.id);
                 let new_mark = part.mark();
-                if ledger.partitions.get(&key) != Some(&new_mark) {
+                if !read_only && ledger.partitions.get(&key) != Some(&new_mark) {
                     ledger.partitions.insert(key, new_mark);
                     ledger_changed = true;
                 }
-                parts.push(Arc::new(part));
             }
-            topics.insert(
-                name.clone(),
-                Arc::new(TopicInner {
-                    name,
-                    config,
-                    partitions: parts,
-                    round_robin: AtomicU32::new(0),
-                }),
-            );
+            topics.insert(name.clone(), topic);
         }
         // A ledger entry without its partition means a topic directory or config was lost
         // or damaged: refuse rather than forget durable data.
@@ -291,7 +359,7 @@ impl Log {
             let known = topics
                 .get(t)
                 .is_some_and(|ti: &Arc<TopicInner>| *p < ti.config.partitions);
-            if !known && m.durable_end > 0 {
+            if !known && m.durable_end > 0 && !read_only {
                 return Err(LogError::DurableDataLost {
                     topic: t.clone(),
                     partition: *p,
@@ -304,8 +372,9 @@ impl Log {
                 });
             }
         }
+        let ledger_file = Mutex::new(ledger_file);
         if ledger_changed {
-            ledger.store(&dir)?;
+            ledger.store(&ledger_file)?;
         }
         let total: u64 = topics
             .values()
@@ -314,12 +383,19 @@ impl Log {
             .sum();
         metrics.total_bytes.store(total, Ordering::Relaxed);
         let groups = GroupStore::load(&dir)?;
+        let watcher = if read_only {
+            Some(fsutil::DirWatcher::new(&dir)?)
+        } else {
+            None
+        };
         let inner = Arc::new(LogInner {
+            watcher,
             dir,
             _lock: lock_,
             options,
             topics: RwLock::new(topics),
             ledger: Mutex::new(ledger),
+            ledger_file,
             flush_lock: Mutex::new(FlushClock {
                 last: Instant::now(),
             }),
@@ -332,17 +408,127 @@ impl Log {
             poisoned: Mutex::new(None),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
         });
-        if let Some(every) = inner.options.maintenance_interval {
-            spawn_maintenance(Arc::downgrade(&inner), inner.stop.clone(), every);
+        if !read_only {
+            if let Some(every) = inner.options.maintenance_interval {
+                spawn_maintenance(Arc::downgrade(&inner), inner.stop.clone(), every);
+            }
+            if let FlushPolicy::Threshold {
+                interval: Some(every),
+                ..
+            } = inner.options.flush_policy
+            {
+                spawn_flusher(Arc::downgrade(&inner), inner.stop.clone(), every);
+            }
         }
         Ok(Log { inner })
+    }
+
+    /// Opens an existing log for reading only, from any process, also while a writer
+    /// (`cdc run`) holds it: takes no lock, creates, repairs and deletes nothing, and
+    /// sees each partition up to the durable end the ledger recorded when it was read
+    /// (unflushed or torn tails are ignored, not cut). [`Log::refresh`] catches up with
+    /// the writer; [`Log::wait_for_change`] waits for it to write. Every write fails with
+    /// [`LogError::ReadOnly`]. `log_end_offset` in [`Log::describe`] is then the high
+    /// watermark (unflushed appends of the writer are invisible).
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Log> {
+        Log::open(
+            dir,
+            LogOptions {
+                read_only: true,
+                ..LogOptions::default()
+            },
+        )
+    }
+
+    /// True for a log opened with [`Log::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.inner.options.read_only
+    }
+
+    /// Read-only logs: re-reads the ledger, the group offsets and the topic list, and
+    /// extends every partition to its new durable end (new topics appear, retention's
+    /// new log starts apply), waking this process's tailing readers. Returns whether
+    /// anything changed. A no-op returning `false` on a writable log (it is always current).
+    pub fn refresh(&self) -> Result<bool> {
+        if !self.is_read_only() {
+            return Ok(false);
+        }
+        let dir = &self.inner.dir;
+        let Some((state, _)) = LedgerState::load(dir)? else {
+            return Ok(false);
+        };
+        let mut changed = false;
+        {
+            let mut l = lock(&self.inner.ledger);
+            if l.generation == state.generation {
+                drop(l);
+            } else {
+                changed = true;
+                *l = state.clone();
+            }
+        }
+        if changed {
+            let td = topics_dir(dir);
+            let known: Vec<String> = self.topics();
+            for name in list_topic_dirs(&td)? {
+                if known.contains(&name)
+                    || !td.join(&name).join(crate::topic_config::FILE_NAME).exists()
+                {
+                    continue;
+                }
+                if let Some(t) =
+                    open_topic(&td, &name, &state, &self.inner.options, &self.inner.metrics)?
+                {
+                    self.inner
+                        .topics
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(name, t);
+                }
+            }
+            for (t, part) in self.all_partitions() {
+                if let Some(m) = state.partitions.get(&(t.name.clone(), part.id)) {
+                    part.refresh_read_only(*m)?;
+                }
+            }
+        }
+        let groups = GroupStore::load(dir)?;
+        let mut g = lock(&self.inner.groups);
+        if g.generation != groups.generation {
+            *g = groups;
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// Read-only logs: blocks until a file in the log directory changes (the writer
+    /// flushed, committed, created a topic) or `timeout` passes, using an inotify watch
+    /// set up at open (no polling; changes between two waits are queued, not lost).
+    /// Returns false on timeout. Call [`Log::refresh`] after it. On a writable log it
+    /// just sleeps (use [`Reader::wait`] there).
+    pub fn wait_for_change(&self, timeout: Duration) -> Result<bool> {
+        match &self.inner.watcher {
+            Some(w) => w.wait(timeout),
+            None => {
+                std::thread::sleep(timeout);
+                Ok(false)
+            }
+        }
     }
 
     pub fn dir(&self) -> &Path {
         &self.inner.dir
     }
 
+    fn check_writable(&self) -> Result<()> {
+        if self.inner.options.read_only {
+            return Err(LogError::ReadOnly(self.inner.dir.clone()));
+        }
+        Ok(())
+    }
+
     fn check_poisoned(&self) -> Result<()> {
+        self.check_writable()?;
         match &*lock(&self.inner.poisoned) {
             Some(p) => Err(LogError::Poisoned(p.clone())),
             None => Ok(()),
@@ -543,7 +729,7 @@ impl Log {
             if let Some(c) = checkpoint {
                 next.checkpoint = Some(c.to_vec());
             }
-            if let Err(e) = next.store(&self.inner.dir) {
+            if let Err(e) = next.store(&self.inner.ledger_file) {
                 if matches!(e, LogError::FsyncFailed { .. }) {
                     self.poison(&e);
                 }
@@ -648,6 +834,7 @@ impl Log {
 
     /// Commits several partitions of one topic in one durable write.
     pub fn commit_many(&self, group: &str, topic: &str, offsets: &[(u32, u64)]) -> Result<()> {
+        self.check_writable()?;
         if group.is_empty() || group.len() > u16::MAX as usize {
             return Err(LogError::InvalidArgument(
                 "group name must be 1..65535 bytes".into(),
@@ -726,6 +913,7 @@ impl Log {
 
     /// Forgets a group entirely.
     pub fn delete_group(&self, group: &str) -> Result<bool> {
+        self.check_writable()?;
         let mut g = lock(&self.inner.groups);
         let mut next = g.clone();
         let existed = next.groups.remove(group).is_some();
@@ -747,6 +935,11 @@ impl Log {
 
     /// Applies retention and compaction once (what the background thread does).
     pub fn run_maintenance(&self) -> Result<MaintenanceReport> {
+        self.check_writable()?;
+        let now = now_ms();
+        for (t, p) in self.all_partitions() {
+            p.roll_if_due(t.config.segment_ms, now)?;
+        }
         let mut r = crate::retention::enforce_retention(self, now_ms())?;
         for t in self.topics() {
             let topic = self.topic(&t)?;
@@ -766,6 +959,7 @@ impl Log {
     /// Deletes closed segments past `retention.ms` / `retention.bytes` of every topic whose
     /// policy includes `delete`; advances (and persists) the log start offset.
     pub fn enforce_retention(&self) -> Result<MaintenanceReport> {
+        self.check_writable()?;
         let r = crate::retention::enforce_retention(self, now_ms())?;
         self.inner.budget.notifier.notify_all();
         Ok(r)
@@ -773,6 +967,7 @@ impl Log {
 
     /// Compacts the closed segments of one topic (its policy must include `compact`).
     pub fn compact(&self, topic: &str) -> Result<MaintenanceReport> {
+        self.check_writable()?;
         let r = crate::compaction::compact_topic(self, topic, now_ms())?;
         self.inner.budget.notifier.notify_all();
         Ok(r)
@@ -780,6 +975,7 @@ impl Log {
 
     /// Like [`Log::compact`] with an explicit clock (tests, tools).
     pub fn compact_at(&self, topic: &str, now_ms: i64) -> Result<MaintenanceReport> {
+        self.check_writable()?;
         crate::compaction::compact_topic(self, topic, now_ms)
     }
 
@@ -933,6 +1129,7 @@ impl Topic {
             records,
             self.inner.config.compression,
             self.inner.config.segment_bytes,
+            self.inner.config.segment_ms,
         )?;
         self.log.after_append(&info, records.len())?;
         Ok(info)
@@ -983,6 +1180,42 @@ impl Topic {
             .partitions
             .get(partition as usize)
             .map(|p| p.high_watermark())
+    }
+}
+
+/// The timer of `FlushPolicy::Threshold { interval: Some(..) }`: flushes (keeping the
+/// checkpoint) when appended data has waited `every` without a flush. Ticks at half the
+/// interval, so unflushed data waits at most about 1.5 x the interval.
+fn spawn_flusher(weak: Weak<LogInner>, stop: Arc<(Mutex<bool>, Condvar)>, every: Duration) {
+    let tick = (every / 2).max(Duration::from_millis(1));
+    let spawned = std::thread::Builder::new()
+        .name("cdc-log-flusher".into())
+        .spawn(move || loop {
+            {
+                let (m, c) = &*stop;
+                let g = lock(m);
+                let (g, _) = c
+                    .wait_timeout_while(g, tick, |stopped| !*stopped)
+                    .unwrap_or_else(|e| e.into_inner());
+                if *g {
+                    return;
+                }
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            let due = inner.bytes_since_flush.load(Ordering::Relaxed) > 0
+                && lock(&inner.flush_lock).last.elapsed() >= every;
+            if !due {
+                continue;
+            }
+            let log = Log { inner };
+            if let Err(e) = log.flush(None) {
+                if !matches!(e, LogError::Poisoned(_)) {
+                    tracing::warn!(error = %e, transient = e.is_transient(), "timed flush failed");
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start the log flush timer; flush explicitly");
     }
 }
 

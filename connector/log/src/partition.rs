@@ -73,6 +73,9 @@ pub struct PartitionState {
     pub poisoned: Option<String>,
     encode_buf: Vec<u8>,
     scratch: Vec<u8>,
+    /// Timestamp of the active segment's first batch (its max timestamp, as Kafka's
+    /// `segment.ms` uses), `None` while it is empty.
+    pub roll_ts: Option<i64>,
 }
 
 impl PartitionState {
@@ -180,6 +183,70 @@ pub fn write_index_files(file: &SegmentFile, index: &SegmentIndex) -> Result<()>
     Ok(())
 }
 
+fn roll_due(roll_ts: Option<i64>, segment_ms: Option<i64>, now: i64) -> bool {
+    match (roll_ts, segment_ms) {
+        (Some(t), Some(ms)) => now.saturating_sub(t) > ms,
+        _ => false,
+    }
+}
+
+/// Segment base offsets in a partition directory, sorted; with `clean`, removes leftover
+/// `*.tmp` / `*.cleaned` files.
+fn list_bases(dir: &Path, clean: bool) -> Result<Vec<u64>> {
+    let mut bases = Vec::new();
+    let rd = fs::read_dir(dir).map_err(|e| LogError::io("listing", dir, e))?;
+    for ent in rd {
+        let ent = ent.map_err(|e| LogError::io("listing", dir, e))?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        match parse_file_name(name) {
+            Some((base, "log")) => bases.push(base),
+            Some((_, "index" | "timeindex")) => {}
+            _ if clean && (name.ends_with(".tmp") || name.ends_with(".cleaned")) => {
+                remove_file_if_exists(&ent.path())?;
+            }
+            _ => {}
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Read-only refresh: scans `seg` from its durable size up to `limit` bytes, stopping at
+/// the first batch at or past `stop_at`, extending its index and sizes. Returns the offset
+/// after the last batch taken.
+fn extend_scan(seg: &mut SegmentMeta, cur_end: u64, limit: u64, stop_at: u64) -> Result<u64> {
+    let file = seg.file.clone();
+    let mut sc = BatchScanner::new(&file, seg.durable_size, limit);
+    let mut next = cur_end;
+    let mut pos_end = seg.durable_size;
+    loop {
+        match sc.next_batch() {
+            Ok(None) | Err(ScanStop::Bad { .. }) => break,
+            Ok(Some((pos, h, _))) => {
+                if h.base_offset >= stop_at || h.next_offset() > stop_at {
+                    break;
+                }
+                seg.index.on_batch(
+                    (h.base_offset - file.base_offset) as u32,
+                    pos as u32,
+                    h.total_len() as u64,
+                    h.max_timestamp,
+                    (h.last_offset() - file.base_offset) as u32,
+                    h.records_count > 0,
+                );
+                next = h.next_offset();
+                pos_end = pos + h.total_len() as u64;
+            }
+            Err(ScanStop::Io(e)) => return Err(e),
+        }
+    }
+    seg.size = pos_end;
+    seg.synced_size = pos_end;
+    seg.durable_size = pos_end;
+    Ok(next)
+}
+
 /// (index, valid bytes, next offset, where and why the scan stopped early if it did)
 pub type ScanOutcome = (SegmentIndex, u64, u64, Option<(u64, String)>);
 
@@ -257,6 +324,7 @@ impl Partition {
                 poisoned: None,
                 encode_buf: Vec::new(),
                 scratch: Vec::new(),
+                roll_ts: None,
             },
         ))
     }
@@ -275,37 +343,38 @@ impl Partition {
     }
 
     /// Opens and recovers a partition directory against its ledger mark (see module docs).
+    /// `read_only`: changes nothing on disk (no cut, no delete, no index written); the
+    /// partition ends at the ledger's durable end; files past it or below the log start are
+    /// ignored (another process may be writing them).
     pub fn open(
         topic: &str,
         id: u32,
         dir: PathBuf,
         mark: PartitionMark,
         accept_damaged_tail: bool,
+        read_only: bool,
     ) -> Result<(Partition, RecoveryReport)> {
         let mut report = RecoveryReport::default();
         let (mut s, mut d) = (mark.log_start, mark.durable_end);
-        fs::create_dir_all(&dir)
-            .map_err(|e| LogError::io("creating partition directory", &dir, e))?;
-        let mut bases = Vec::new();
-        let rd = fs::read_dir(&dir).map_err(|e| LogError::io("listing", &dir, e))?;
-        for ent in rd {
-            let ent = ent.map_err(|e| LogError::io("listing", &dir, e))?;
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
-            match parse_file_name(name) {
-                Some((base, "log")) => bases.push(base),
-                Some((_, "index" | "timeindex")) => {}
-                _ if name.ends_with(".tmp") || name.ends_with(".cleaned") => {
-                    remove_file_if_exists(&ent.path())?;
-                }
-                _ => {}
-            }
+        if !read_only {
+            fs::create_dir_all(&dir)
+                .map_err(|e| LogError::io("creating partition directory", &dir, e))?;
         }
-        bases.sort_unstable();
+        let open_seg = |path: PathBuf, base: u64| {
+            if read_only {
+                SegmentFile::open_read_only(path, base)
+            } else {
+                SegmentFile::open(path, base)
+            }
+        };
+        let mut bases = list_bases(&dir, !read_only)?;
         let mut changed_dir = false;
         // Segments created after the last flush.
         while bases.last().is_some_and(|&b| b > d) {
             let b = bases.pop().unwrap_or_default();
+            if read_only {
+                continue;
+            }
             let f = SegmentFile::open(dir.join(crate::segment::log_file_name(b)), b)?;
             report.truncated_bytes += f.len()?;
             report.removed_segments += 1;
@@ -315,13 +384,16 @@ impl Partition {
         // Leftovers of an interrupted retention.
         while bases.len() >= 2 && bases[1] <= s {
             let b = bases.remove(0);
+            if read_only {
+                continue;
+            }
             let f = SegmentFile::open(dir.join(crate::segment::log_file_name(b)), b)?;
             remove_segment_files(&f)?;
             changed_dir = true;
         }
         if bases.first().is_some_and(|&b| b > s) || (bases.is_empty() && d > s) {
             let found = bases.first().copied().unwrap_or(s);
-            if !accept_damaged_tail {
+            if !accept_damaged_tail && !read_only {
                 return Err(LogError::DurableDataLost {
                     topic: topic.into(),
                     partition: id,
@@ -332,11 +404,21 @@ impl Partition {
                     ),
                 });
             }
+            // Read-only: the writer's retention deleted them after we read the ledger.
             s = found;
             d = d.max(s);
             report.log_start_moved_to = Some(s);
         }
         if bases.is_empty() {
+            if read_only {
+                return Err(LogError::DurableDataLost {
+                    topic: topic.into(),
+                    partition: id,
+                    ledger_end: d,
+                    found_end: s,
+                    detail: format!("{} holds no segment", dir.display()),
+                });
+            }
             bases.push(s);
             SegmentFile::create(&dir, s)?;
             changed_dir = true;
@@ -345,11 +427,11 @@ impl Partition {
         let mut segments = Vec::with_capacity(bases.len());
         let n = bases.len();
         for (i, &base) in bases.iter().enumerate() {
-            let file = SegmentFile::open(dir.join(crate::segment::log_file_name(base)), base)?;
+            let file = open_seg(dir.join(crate::segment::log_file_name(base)), base)?;
             let size = file.len()?;
             if i + 1 < n {
                 let next_base = bases[i + 1];
-                let (index, rebuilt) = load_closed_index(&file, size, next_base)?;
+                let (index, rebuilt) = load_closed_index(&file, size, next_base, !read_only)?;
                 report.rebuilt_indexes += rebuilt as u64;
                 segments.push(SegmentMeta {
                     file: Arc::new(file),
@@ -384,7 +466,7 @@ impl Partition {
                 // Bad bytes past the durable end: an unflushed, torn tail. Expected after a crash.
                 tracing::debug!(topic, partition = id, position = pos, reason = %why, "torn tail past durable end");
             }
-            if valid < size {
+            if valid < size && !read_only {
                 report.truncated_bytes += size - valid;
                 file.file
                     .set_len(valid)
@@ -394,9 +476,11 @@ impl Partition {
                     source: e,
                 })?;
             }
-            // The active segment's index lives in memory; stale files must not survive.
-            remove_file_if_exists(&file.index_path())?;
-            remove_file_if_exists(&file.time_index_path())?;
+            if !read_only {
+                // The active segment's index lives in memory; stale files must not survive.
+                remove_file_if_exists(&file.index_path())?;
+                remove_file_if_exists(&file.time_index_path())?;
+            }
             segments.push(SegmentMeta {
                 file: Arc::new(file),
                 index,
@@ -408,6 +492,16 @@ impl Partition {
         if changed_dir {
             crate::fsutil::sync_dir(&dir)?;
         }
+        let roll_ts = match segments.last() {
+            Some(seg) if seg.size > 0 => {
+                let mut head = [0u8; crate::batch::HEADER_LEN];
+                seg.file.read_exact_at(&mut head, 0)?;
+                crate::batch::BatchHeader::parse(&head)
+                    .ok()
+                    .map(|h| h.max_timestamp)
+            }
+            _ => None,
+        };
         let leo = d;
         let st = PartitionState {
             segments,
@@ -419,8 +513,83 @@ impl Partition {
             poisoned: None,
             encode_buf: Vec::new(),
             scratch: Vec::new(),
+            roll_ts,
         };
         Ok((Partition::from_state(topic, id, dir, st), report))
+    }
+
+    /// Read-only partitions: catches up with a writer in another process whose ledger
+    /// now says `mark`. Drops segments below the new log start, extends the last segment
+    /// (scanning only the new bytes) and adds segments the writer rolled, up to the new
+    /// durable end; wakes this process's tailing readers.
+    pub fn refresh_read_only(&self, mark: PartitionMark) -> Result<()> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if mark.durable_end == st.hw && mark.log_start == st.log_start {
+            return Ok(());
+        }
+        if mark.log_start > st.log_start {
+            let k = st
+                .segments
+                .partition_point(|s| s.base() <= mark.log_start)
+                .saturating_sub(1);
+            if k > 0 {
+                st.segments.drain(..k);
+                st.epoch += 1;
+            }
+            st.log_start = mark.log_start;
+        }
+        let d = mark.durable_end;
+        if d > st.hw {
+            let last_base = st.segments.last().map_or(0, |s| s.base());
+            let newer: Vec<u64> = list_bases(&self.dir, false)?
+                .into_iter()
+                .filter(|&b| b > last_base && b <= d)
+                .collect();
+            let mut following = newer.into_iter();
+            let mut cur_end = st.hw;
+            loop {
+                let next_base = following.next();
+                let stop_at = next_base.unwrap_or(d);
+                let Some(seg) = st.segments.last_mut() else {
+                    break;
+                };
+                let limit = seg.file.len()?;
+                let end = extend_scan(seg, cur_end, limit, stop_at)?;
+                if end < stop_at {
+                    return Err(LogError::DurableDataLost {
+                        topic: self.topic.clone(),
+                        partition: self.id,
+                        ledger_end: d,
+                        found_end: end,
+                        detail: format!(
+                            "{} ends at offset {end} (read-only refresh)",
+                            seg.file.path.display()
+                        ),
+                    });
+                }
+                let Some(nb) = next_base else { break };
+                seg.index.seal();
+                let file = SegmentFile::open_read_only(
+                    self.dir.join(crate::segment::log_file_name(nb)),
+                    nb,
+                )?;
+                st.segments.push(SegmentMeta {
+                    file: Arc::new(file),
+                    index: SegmentIndex::default(),
+                    size: 0,
+                    synced_size: 0,
+                    durable_size: 0,
+                });
+                cur_end = nb;
+            }
+            st.hw = d;
+            st.leo = d;
+            self.hw.store(d, Ordering::Release);
+        }
+        drop(guard);
+        self.notifier.notify_all();
+        Ok(())
     }
 
     pub fn lock(&self) -> MutexGuard<'_, PartitionState> {
@@ -437,6 +606,7 @@ impl Partition {
         records: &[NewRecord<'_>],
         compression: Compression,
         segment_bytes: u64,
+        segment_ms: Option<i64>,
     ) -> Result<AppendInfo> {
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -459,10 +629,12 @@ impl Partition {
         let active_base = st.segments.last().map_or(0, |s| s.base());
         // Roll when the batch would overflow the segment, or relative offsets / positions
         // would overflow the index's 32-bit fields.
+        // Also roll when the active segment's first batch is older than segment.ms.
         if active_size > 0
             && (active_size + len > segment_bytes
                 || enc.last_offset - active_base > i32::MAX as u64
-                || active_size + len > i32::MAX as u64)
+                || active_size + len > i32::MAX as u64
+                || roll_due(st.roll_ts, segment_ms, crate::record::now_ms()))
         {
             self.roll(st)?;
         }
@@ -490,6 +662,9 @@ impl Partition {
             (enc.offset_of_max_timestamp - active.base()) as u32,
             true,
         );
+        if active.size == 0 {
+            st.roll_ts = Some(enc.max_timestamp);
+        }
         active.size += len;
         st.leo = enc.last_offset + 1;
         self.dirty.store(true, Ordering::Release);
@@ -516,8 +691,27 @@ impl Partition {
             durable_size: 0,
         });
         st.dir_dirty = true;
+        st.roll_ts = None;
         tracing::debug!(topic = %self.topic, partition = self.id, base_offset = leo, "rolled segment");
         Ok(())
+    }
+
+    /// Maintenance: rolls the active segment if `segment.ms` says it is due, so time
+    /// retention can delete a quiet partition's data. Returns whether it rolled.
+    pub fn roll_if_due(&self, segment_ms: Option<i64>, now: i64) -> Result<bool> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if st.poisoned.is_some() || st.segments.last().is_none_or(|s| s.size == 0) {
+            return Ok(false);
+        }
+        if !roll_due(st.roll_ts, segment_ms, now) {
+            return Ok(false);
+        }
+        self.roll(st)?;
+        // The new (empty) segment file must be durable before retention relies on it: the
+        // next flush syncs the directory (dir_dirty), and retention only deletes segments
+        // below the high watermark anyway.
+        Ok(true)
     }
 
     /// Captures what must be fsynced to make everything appended so far durable.
@@ -591,6 +785,7 @@ fn load_closed_index(
     file: &SegmentFile,
     size: u64,
     next_base: u64,
+    write: bool,
 ) -> Result<(SegmentIndex, bool)> {
     if size == 0 {
         return Err(file.corrupt(0, file.base_offset, "closed segment is empty"));
@@ -603,7 +798,7 @@ fn load_closed_index(
     };
     let (index, rebuilt) = match loaded {
         Some(i) => (i, false),
-        None => return rebuild_closed_index(file, size, next_base),
+        None => return rebuild_closed_index(file, size, next_base, write),
     };
     let start = index.offsets.last().map_or(0, |&(_, p)| p as u64);
     let mut sc = BatchScanner::new(file, start, size);
@@ -622,7 +817,7 @@ fn load_closed_index(
                         .map_or(file.base_offset, |&(o, _)| file.base_offset + o as u64);
                     if h.base_offset != want {
                         // The index does not match the file: rebuild it.
-                        return rebuild_closed_index(file, size, next_base);
+                        return rebuild_closed_index(file, size, next_base, write);
                     }
                 }
                 if h.records_count > 0 {
@@ -650,7 +845,7 @@ fn load_closed_index(
     // A time index cut short would understate the segment's newest timestamp (and let
     // time retention delete it early): its last entry must cover the tail's timestamps.
     if tail_max_ts.is_some_and(|t| index.max_timestamp.is_none_or(|(m, _)| m < t)) {
-        return rebuild_closed_index(file, size, next_base);
+        return rebuild_closed_index(file, size, next_base, write);
     }
     Ok((index, rebuilt))
 }
@@ -659,6 +854,7 @@ fn rebuild_closed_index(
     file: &SegmentFile,
     size: u64,
     next_base: u64,
+    write: bool,
 ) -> Result<(SegmentIndex, bool)> {
     let (mut idx, _, next, stop) = scan_segment(file, size, u64::MAX)?;
     if let Some((pos, why)) = stop {
@@ -674,8 +870,10 @@ fn rebuild_closed_index(
         ));
     }
     idx.seal();
-    tracing::warn!(file = %file.path.display(), "rebuilt missing or invalid index of closed segment");
-    write_index_files(file, &idx)?;
+    if write {
+        tracing::warn!(file = %file.path.display(), "rebuilt missing or invalid index of closed segment");
+        write_index_files(file, &idx)?;
+    }
     Ok((idx, true))
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::batch::{decode_into, BatchHeader, HEADER_LEN};
+use crate::batch::{decode_into, records_section, BatchHeader, RecordIter, RecordRef, HEADER_LEN};
 use crate::error::{LogError, Result};
 use crate::log::Log;
 use crate::notify::Notified;
@@ -59,6 +59,8 @@ pub struct Reader {
     group: Option<String>,
     cursor: Option<Cursor>,
     min_chunk: usize,
+    /// Read buffer of the borrowing path, reused across polls.
+    buf: Vec<u8>,
 }
 
 enum Located {
@@ -91,6 +93,7 @@ impl Reader {
             group,
             cursor: None,
             min_chunk: 256 << 10,
+            buf: Vec::new(),
         })
     }
 
@@ -263,7 +266,45 @@ impl Reader {
 
     /// Appends available durable records to `out` (about `max_bytes`); returns how many.
     pub fn poll_into(&mut self, out: &mut Vec<Record>, max_bytes: usize) -> Result<usize> {
-        let start_len = out.len();
+        self.poll_generic(&mut Out::Owned(out), max_bytes)
+    }
+
+    /// The zero-allocation read path: calls `f` with each durable record available now
+    /// (about `max_bytes` of them, at least one batch's worth if any), without waiting,
+    /// and returns how many. Each [`RecordView`] borrows key, value and headers from the
+    /// reader's read buffer (reused across calls; uncompressed batches are not copied
+    /// again), so nothing is allocated per record or per batch. Copy what you keep.
+    pub fn poll_with(
+        &mut self,
+        max_bytes: usize,
+        mut f: impl FnMut(RecordView<'_>),
+    ) -> Result<usize> {
+        self.poll_generic(&mut Out::Visit(&mut f), max_bytes)
+    }
+
+    /// [`Reader::poll_with`] after waiting up to `timeout` for durable records, like
+    /// [`Reader::next_batch`]. Returns 0 on timeout.
+    pub fn next_with(
+        &mut self,
+        max_bytes: usize,
+        timeout: Duration,
+        mut f: impl FnMut(RecordView<'_>),
+    ) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let n = self.poll_generic(&mut Out::Visit(&mut f), max_bytes)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let now = Instant::now();
+            if now >= deadline || !self.wait(deadline - now) {
+                return self.poll_generic(&mut Out::Visit(&mut f), max_bytes);
+            }
+        }
+    }
+
+    fn poll_generic(&mut self, out: &mut Out<'_, '_>, max_bytes: usize) -> Result<usize> {
+        let mut count = 0usize;
         let mut budget = max_bytes.max(1);
         // Bounded: each round either yields records, moves to a later segment, or stops.
         for _ in 0..1024 {
@@ -289,24 +330,26 @@ impl Reader {
                 }
                 continue;
             }
-            let (new_pos, got) = self.read_chunk(&file, pos, limit, budget, expect, out)?;
+            let (new_pos, got, n) = self.read_chunk(&file, pos, limit, budget, expect, out)?;
+            count += n;
             self.cursor = Some(Cursor {
                 epoch,
                 file,
                 pos: new_pos,
             });
             budget = budget.saturating_sub(got);
-            if out.len() > start_len && budget == 0 {
+            if count > 0 && budget == 0 {
                 break;
             }
-            if out.len() > start_len && new_pos < limit {
+            if count > 0 && new_pos < limit {
                 break;
             }
         }
-        Ok(out.len() - start_len)
+        Ok(count)
     }
 
     /// Reads whole batches from `[pos, limit)`: about `budget` bytes, at least one batch.
+    /// Returns (new position, payload bytes, records).
     fn read_chunk(
         &mut self,
         file: &SegmentFile,
@@ -314,8 +357,8 @@ impl Reader {
         limit: u64,
         budget: usize,
         expect_base: Option<u64>,
-        out: &mut Vec<Record>,
-    ) -> Result<(u64, usize)> {
+        out: &mut Out<'_, '_>,
+    ) -> Result<(u64, usize, usize)> {
         let avail = (limit - pos) as usize;
         let mut want = budget.max(self.min_chunk).min(avail);
         if want < HEADER_LEN {
@@ -344,32 +387,134 @@ impl Reader {
             ));
         }
         want = want.max(h.total_len());
-        let mut buf = vec![0u8; want];
-        file.read_exact_at(&mut buf, pos)?;
-        let buf = Bytes::from(buf);
-        let mut off = 0usize;
-        let mut got = 0usize;
-        while off + HEADER_LEN <= buf.len() {
-            let h = BatchHeader::parse(&buf[off..])
-                .map_err(|e| file.corrupt(pos + off as u64, self.next, e))?;
-            let total = h.total_len();
-            if off + total > buf.len() {
-                break;
+        match out {
+            Out::Owned(out) => {
+                let mut buf = vec![0u8; want];
+                file.read_exact_at(&mut buf, pos)?;
+                let buf = Bytes::from(buf);
+                let start_len = out.len();
+                let mut off = 0usize;
+                let mut got = 0usize;
+                while off + HEADER_LEN <= buf.len() {
+                    let h = BatchHeader::parse(&buf[off..])
+                        .map_err(|e| file.corrupt(pos + off as u64, self.next, e))?;
+                    let total = h.total_len();
+                    if off + total > buf.len() {
+                        break;
+                    }
+                    let batch = buf.slice(off..off + total);
+                    let h = crate::batch::verify_batch(&batch)
+                        .map_err(|e| file.corrupt(pos + off as u64, h.base_offset, e))?;
+                    if h.next_offset() > self.next {
+                        got += decode_into(&batch, &h, self.next, out)
+                            .map_err(|e| file.corrupt(pos + off as u64, h.base_offset, e))?;
+                        self.next = h.next_offset();
+                    }
+                    off += total;
+                    if got >= budget {
+                        break;
+                    }
+                }
+                Ok((pos + off as u64, got, out.len() - start_len))
             }
-            let batch = buf.slice(off..off + total);
-            let h = crate::batch::verify_batch(&batch)
-                .map_err(|e| file.corrupt(pos + off as u64, h.base_offset, e))?;
-            if h.next_offset() > self.next {
-                got += decode_into(&batch, &h, self.next, out)
-                    .map_err(|e| file.corrupt(pos + off as u64, h.base_offset, e))?;
-                self.next = h.next_offset();
-            }
-            off += total;
-            if got >= budget {
-                break;
+            Out::Visit(f) => {
+                let mut buf = std::mem::take(&mut self.buf);
+                if buf.len() < want {
+                    buf.resize(want, 0);
+                }
+                let res = (|| {
+                    let buf = &mut buf[..want];
+                    file.read_exact_at(buf, pos)?;
+                    let mut off = 0usize;
+                    let mut got = 0usize;
+                    let mut n = 0usize;
+                    while off + HEADER_LEN <= buf.len() {
+                        let at = pos + off as u64;
+                        let h = BatchHeader::parse(&buf[off..])
+                            .map_err(|e| file.corrupt(at, self.next, e))?;
+                        let total = h.total_len();
+                        if off + total > buf.len() {
+                            break;
+                        }
+                        let batch = &buf[off..off + total];
+                        let h = crate::batch::verify_batch(batch)
+                            .map_err(|e| file.corrupt(at, h.base_offset, e))?;
+                        if h.next_offset() > self.next && !h.is_control() && h.records_count > 0 {
+                            let section = records_section(batch, &h)
+                                .map_err(|e| file.corrupt(at, h.base_offset, e))?;
+                            for r in RecordIter::new(&section, &h) {
+                                let r = r.map_err(|e| file.corrupt(at, h.base_offset, e))?;
+                                let offset = h.base_offset + r.offset_delta as u64;
+                                if offset < self.next {
+                                    continue;
+                                }
+                                got += r.key.map_or(0, |k| k.len())
+                                    + r.value.map_or(0, |v| v.len())
+                                    + 16;
+                                n += 1;
+                                f(RecordView {
+                                    offset,
+                                    timestamp: h.base_timestamp.wrapping_add(r.timestamp_delta),
+                                    key: r.key,
+                                    value: r.value,
+                                    raw: r,
+                                });
+                            }
+                        }
+                        if h.next_offset() > self.next {
+                            self.next = h.next_offset();
+                        }
+                        off += total;
+                        if got >= budget {
+                            break;
+                        }
+                    }
+                    Ok((pos + off as u64, got, n))
+                })();
+                self.buf = buf;
+                res
             }
         }
-        Ok((pos + off as u64, got))
+    }
+}
+
+/// Where `read_chunk` puts records.
+enum Out<'o, 'f> {
+    Owned(&'o mut Vec<Record>),
+    Visit(&'f mut dyn FnMut(RecordView<'_>)),
+}
+
+/// A record borrowed from a [`Reader`]'s read buffer (see [`Reader::poll_with`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    pub offset: u64,
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    raw: RecordRef<'a>,
+}
+
+impl<'a> RecordView<'a> {
+    /// The record's headers: (key, value), in order.
+    pub fn headers(&self) -> impl Iterator<Item = (&'a str, Option<&'a [u8]>)> + 'a {
+        self.raw.headers()
+    }
+
+    /// An owned copy (allocates).
+    pub fn to_record(&self) -> Record {
+        Record {
+            offset: self.offset,
+            timestamp: self.timestamp,
+            key: self.key.map(Bytes::copy_from_slice),
+            value: self.value.map(Bytes::copy_from_slice),
+            headers: self
+                .headers()
+                .map(|(k, v)| crate::record::Header {
+                    key: k.to_string(),
+                    value: v.map(Bytes::copy_from_slice),
+                })
+                .collect(),
+        }
     }
 }
 

@@ -47,7 +47,7 @@ fn truncate_front(log: &Log, part: &Partition, count: usize) -> Result<(u64, u64
             .or_default();
         m.log_start = m.log_start.max(new_start);
         m.durable_end = m.durable_end.max(m.log_start);
-        next.store(&log.inner.dir)?;
+        next.store(&log.inner.ledger_file)?;
         *l = next;
     }
     let removed: Vec<_> = {

@@ -75,6 +75,19 @@ impl SegmentFile {
         })
     }
 
+    /// Opens for reading only (read-only logs).
+    pub fn open_read_only(path: PathBuf, base_offset: u64) -> Result<SegmentFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .open(&path)
+            .map_err(|e| LogError::io("opening segment", &path, e))?;
+        Ok(SegmentFile {
+            base_offset,
+            path,
+            file,
+        })
+    }
+
     pub fn len(&self) -> Result<u64> {
         self.file
             .metadata()

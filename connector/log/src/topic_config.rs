@@ -18,7 +18,10 @@
 //! cleanup.policy=delete         delete | compact | compact,delete
 //! delete.retention.ms=86400000  how long a tombstone survives compaction
 //! compression.type=none         none | lz4 | zstd (codec of batches we write)
+//! segment.ms=604800000          roll the active segment once its first record is this old; -1 = never
 //! ```
+//!
+//! `segment.ms` was added later: a file without it is read with the default (7 days).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -90,6 +93,10 @@ pub struct TopicConfig {
     /// Default 1 day.
     pub delete_retention_ms: i64,
     pub compression: Compression,
+    /// Roll the active segment once its first record's timestamp is older than this (on
+    /// append, and in maintenance), so time retention can drop a quiet partition's data.
+    /// `None` = never. Default 7 days (Kafka's `segment.ms`).
+    pub segment_ms: Option<i64>,
 }
 
 impl Default for TopicConfig {
@@ -102,6 +109,7 @@ impl Default for TopicConfig {
             cleanup_policy: CleanupPolicy::DELETE,
             delete_retention_ms: 24 * 3600 * 1000,
             compression: Compression::None,
+            segment_ms: Some(7 * 24 * 3600 * 1000),
         }
     }
 }
@@ -133,6 +141,11 @@ impl TopicConfig {
                 "cleanup.policy must include delete or compact".into(),
             ));
         }
+        if self.segment_ms.is_some_and(|m| m < 1) {
+            return Err(LogError::InvalidConfig(
+                "segment.ms must be >= 1 (or unset = never)".into(),
+            ));
+        }
         if self.delete_retention_ms < 0 {
             return Err(LogError::InvalidConfig(
                 "delete.retention.ms must be >= 0".into(),
@@ -154,6 +167,7 @@ impl TopicConfig {
         let _ = writeln!(s, "cleanup.policy={}", self.cleanup_policy.name());
         let _ = writeln!(s, "delete.retention.ms={}", self.delete_retention_ms);
         let _ = writeln!(s, "compression.type={}", self.compression.name());
+        let _ = writeln!(s, "segment.ms={}", self.segment_ms.unwrap_or(-1));
         let crc = crc32c::crc32c(s.as_bytes());
         let _ = writeln!(s, "checksum={crc:08x}");
         s
@@ -175,6 +189,7 @@ impl TopicConfig {
         let text = &text[..body_end];
         let mut c = TopicConfig::default();
         let mut seen = 0u32;
+        let mut expected = 7u32;
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -195,12 +210,16 @@ impl TopicConfig {
                 "cleanup.policy" => c.cleanup_policy = CleanupPolicy::parse(v).ok_or_else(bad)?,
                 "delete.retention.ms" => c.delete_retention_ms = int()?,
                 "compression.type" => c.compression = Compression::from_name(v).ok_or_else(bad)?,
+                "segment.ms" => {
+                    expected = 8;
+                    c.segment_ms = Some(int()?).filter(|&x| x >= 0);
+                }
                 _ => return Err(format!("line {}: unknown key {k:?}", i + 1)),
             }
         }
-        if seen != 7 {
+        if seen != expected {
             return Err(format!(
-                "expected the 7 keys exactly once, found {seen} lines"
+                "expected the {expected} keys exactly once, found {seen} lines"
             ));
         }
         Ok(c)
@@ -265,6 +284,7 @@ mod tests {
             cleanup_policy: CleanupPolicy::COMPACT_DELETE,
             delete_retention_ms: 5,
             compression: Compression::Zstd,
+            segment_ms: Some(60_000),
         };
         assert_eq!(TopicConfig::decode(&c.encode()).unwrap(), c);
         assert!(TopicConfig::decode("partitions=x").is_err());

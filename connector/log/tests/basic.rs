@@ -397,6 +397,6 @@ fn second_open_is_locked() {
     let _log = open(dir.path());
     assert!(matches!(
         Log::open(dir.path(), LogOptions::default()),
-        Err(LogError::Locked(_))
+        Err(LogError::Locked { .. })
     ));
 }
