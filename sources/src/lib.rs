@@ -11,6 +11,7 @@
 //! - on shutdown the source stops reading, lets the pipeline drain, sends the last durable
 //!   position to the database, and returns.
 
+pub mod dburl;
 pub mod filter;
 pub mod mysql;
 pub mod postgres;

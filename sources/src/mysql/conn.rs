@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use mysql_async::{Conn, Error as MyError, OptsBuilder, SslOpts};
-use percent_encoding::percent_decode_str;
 
-use crate::secret::{redact_url, Secret};
+use crate::dburl;
+use crate::secret::Secret;
 use crate::tls::TlsMode;
 
 /// Where and how to connect.
@@ -65,68 +65,36 @@ impl MySqlConnectError {
 
 impl MySqlEndpoint {
     pub fn from_url(url: &str, password: Option<&Secret>) -> Result<Self, MySqlConnectError> {
-        let redacted = redact_url(url);
-        let u = url::Url::parse(url).map_err(|e| {
-            MySqlConnectError::config(
-                format!("source.url {redacted} is not a URL: {e}"),
-                "write it as mysql://user:password@host:3306/dbname",
-            )
-        })?;
-        if u.scheme() != "mysql" && u.scheme() != "mariadb" {
-            return Err(MySqlConnectError::config(
-                format!(
-                    "source.url {redacted} has scheme {:?}, expected mysql://",
-                    u.scheme()
-                ),
-                "write it as mysql://user:password@host:3306/dbname, or set source.type to match",
-            ));
-        }
-        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        let config = |p: dburl::UrlProblem| MySqlConnectError::config(p.message, &p.fix);
+        let u = dburl::parse(
+            url,
+            &["mysql", "mariadb"],
+            "mysql://user:password@host:3306/dbname",
+        )
+        .map_err(config)?;
         let mut ep = MySqlEndpoint {
-            host: u
-                .host_str()
-                .map(decode)
-                .unwrap_or_else(|| "localhost".into()),
-            port: u.port().unwrap_or(3306),
-            user: decode(u.username()),
-            password: u.password().map(|p| Secret::new(decode(p))),
-            dbname: decode(u.path().trim_start_matches('/')),
+            host: u.host,
+            port: u.port.unwrap_or(3306),
+            user: u.user,
+            password: u.password,
+            dbname: u.database,
             tls: TlsMode::Prefer,
             root_cert: None,
             connect_timeout: Duration::from_secs(10),
-            redacted,
+            redacted: u.redacted,
         };
-        ep.host = ep
-            .host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        for (k, v) in u.query_pairs() {
-            match k.as_ref() {
+        for (k, v) in u.params {
+            match k.as_str() {
                 "sslmode" | "ssl-mode" | "ssl_mode" => {
-                    ep.tls = TlsMode::parse(&v).ok_or_else(|| {
-                        MySqlConnectError::config(
-                            format!("source.url: sslmode={v} is not a TLS mode"),
-                            "use one of disable, prefer, require, verify-ca, verify-full (or DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY)",
-                        )
-                    })?
+                    ep.tls = dburl::tls_mode(
+                        &v,
+                        "disable, prefer, require, verify-ca, verify-full (or DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY)",
+                    )
+                    .map_err(config)?
                 }
-                "sslrootcert" | "ssl-ca" | "ssl_ca" => ep.root_cert = Some(PathBuf::from(v.as_ref())),
-                "connect_timeout" => {
-                    let secs: u64 = v.parse().map_err(|_| {
-                        MySqlConnectError::config(
-                            format!("source.url: connect_timeout={v} is not a number of seconds"),
-                            "write connect_timeout=10",
-                        )
-                    })?;
-                    ep.connect_timeout = Duration::from_secs(secs.max(1));
-                }
-                other => {
-                    return Err(MySqlConnectError::config(
-                        format!("source.url: unknown parameter {other:?}"),
-                        "supported parameters: sslmode, sslrootcert, connect_timeout",
-                    ))
-                }
+                "sslrootcert" | "ssl-ca" | "ssl_ca" => ep.root_cert = Some(PathBuf::from(v)),
+                "connect_timeout" => ep.connect_timeout = dburl::timeout_secs(&v).map_err(config)?,
+                other => return Err(config(dburl::unknown(other, "sslmode, sslrootcert, connect_timeout"))),
             }
         }
         if let Some(p) = password {

@@ -9,11 +9,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use percent_encoding::percent_decode_str;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, NoTls};
 
-use crate::secret::{redact_url, Secret};
+use crate::dburl;
+use crate::secret::Secret;
 use crate::tls::{client_config, TlsMode};
 
 /// Where and how to connect.
@@ -73,75 +73,44 @@ impl PgConnectError {
 impl PgEndpoint {
     /// Parses a `postgres://` URL; `password` (when given) replaces the URL's password.
     pub fn from_url(url: &str, password: Option<&Secret>) -> Result<Self, PgConnectError> {
-        let redacted = redact_url(url);
-        let u = url::Url::parse(url).map_err(|e| {
-            PgConnectError::config(
-                format!("source.url {redacted} is not a URL: {e}"),
-                "write it as postgres://user:password@host:5432/dbname",
-            )
-        })?;
-        if u.scheme() != "postgres" && u.scheme() != "postgresql" {
-            return Err(PgConnectError::config(
-                format!("source.url {redacted} has scheme {:?}, expected postgres://", u.scheme()),
-                "write it as postgres://user:password@host:5432/dbname, or set source.type to match",
-            ));
-        }
-        let decode = |s: &str| percent_decode_str(s).decode_utf8_lossy().into_owned();
+        let config = |p: dburl::UrlProblem| PgConnectError::config(p.message, &p.fix);
+        let u = dburl::parse(
+            url,
+            &["postgres", "postgresql"],
+            "postgres://user:password@host:5432/dbname",
+        )
+        .map_err(config)?;
         let mut ep = PgEndpoint {
-            host: u
-                .host_str()
-                .map(decode)
-                .unwrap_or_else(|| "localhost".into()),
-            port: u.port().unwrap_or(5432),
-            user: decode(u.username()),
-            password: u.password().map(|p| Secret::new(decode(p))),
-            dbname: decode(u.path().trim_start_matches('/')),
+            host: u.host,
+            port: u.port.unwrap_or(5432),
+            user: u.user,
+            password: u.password,
+            dbname: u.database,
             tls: TlsMode::Prefer,
             root_cert: None,
             application_name: "cdc".into(),
             connect_timeout: Duration::from_secs(10),
-            redacted,
+            redacted: u.redacted,
         };
-        // IPv6 literals come back bracketed from host_str.
-        ep.host = ep
-            .host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        for (k, v) in u.query_pairs() {
-            match k.as_ref() {
-                "sslmode" => {
-                    ep.tls = TlsMode::parse(&v).ok_or_else(|| {
-                        PgConnectError::config(
-                            format!("source.url: sslmode={v} is not a libpq sslmode"),
-                            "use one of disable, prefer, require, verify-ca, verify-full",
-                        )
-                    })?
-                }
-                "sslrootcert" => ep.root_cert = Some(PathBuf::from(v.as_ref())),
-                "application_name" => ep.application_name = v.into_owned(),
-                "connect_timeout" => {
-                    let secs: u64 = v.parse().map_err(|_| {
-                        PgConnectError::config(
-                            format!("source.url: connect_timeout={v} is not a number of seconds"),
-                            "write connect_timeout=10",
-                        )
-                    })?;
-                    ep.connect_timeout = Duration::from_secs(secs.max(1));
-                }
-                "host" => ep.host = v.into_owned(),
+        for (k, v) in u.params {
+            match k.as_str() {
+                "sslmode" => ep.tls = dburl::tls_mode(&v, "disable, prefer, require, verify-ca, verify-full").map_err(config)?,
+                "sslrootcert" => ep.root_cert = Some(PathBuf::from(v)),
+                "application_name" => ep.application_name = v,
+                "connect_timeout" => ep.connect_timeout = dburl::timeout_secs(&v).map_err(config)?,
+                "host" => ep.host = v,
                 "port" => {
                     ep.port = v.parse().map_err(|_| {
                         PgConnectError::config(format!("source.url: port={v} is not a port number"), "write port=5432")
                     })?
                 }
-                "user" => ep.user = v.into_owned(),
-                "dbname" => ep.dbname = v.into_owned(),
+                "user" => ep.user = v,
+                "dbname" => ep.dbname = v,
                 other => {
-                    return Err(PgConnectError::config(
-                        format!("source.url: unknown parameter {other:?}"),
-                        "supported parameters: sslmode, sslrootcert, application_name, connect_timeout, host, port, user, dbname",
-                    ))
+                    return Err(config(dburl::unknown(
+                        other,
+                        "sslmode, sslrootcert, application_name, connect_timeout, host, port, user, dbname",
+                    )))
                 }
             }
         }
