@@ -1,0 +1,545 @@
+//! The admin HTTP server on `[admin] listen`: liveness, readiness, Prometheus metrics and
+//! the schema registry API.
+//!
+//! | path | answer |
+//! |---|---|
+//! | `GET /healthz` | 200 `ok` while the process serves (liveness) |
+//! | `GET /readyz` | 200 `ready` once [`Readiness::set_ready`]`(true)`, else 503 `not ready` |
+//! | `GET /metrics` | Prometheus text format 0.0.4: the log's counters, the registry's sizes, and whatever the pipeline registers in [`Metrics`] |
+//! | `/…` and `/registry/…` | the Confluent Schema Registry API (`cdc_registry::http`), when an embedded registry is served |
+//!
+//! Optional HTTP basic auth ([`AdminOptions::basic_auth`]) guards the registry API (not the
+//! probes or metrics, which orchestrators call without credentials).
+//!
+//! The pipeline: `let admin = admin::serve(AdminOptions::new(listen).registry(r).log(log),
+//! shutdown).await?;` then `admin.readiness.set_ready(true)` when streaming, and
+//! `admin.metrics.counter("cdc_records_total", "…")` for its own figures.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use cdc_log::Log;
+use cdc_registry::http::{not_found, routes, ApiError};
+use cdc_registry::EmbeddedRegistry;
+use tokio::task::JoinHandle;
+
+/// Whether the connector is ready to serve (the `/readyz` probe). Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness(Arc<AtomicBool>);
+
+impl Readiness {
+    pub fn new(ready: bool) -> Self {
+        Readiness(Arc::new(AtomicBool::new(ready)))
+    }
+    pub fn set_ready(&self, ready: bool) {
+        self.0.store(ready, Ordering::Release);
+    }
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// A monotonically increasing counter (`_total`), exported by `/metrics`.
+#[derive(Clone, Debug, Default)]
+pub struct Counter(Arc<AtomicU64>);
+
+impl Counter {
+    pub fn inc(&self) {
+        self.add(1);
+    }
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A value that goes up and down, exported by `/metrics`.
+#[derive(Clone, Debug, Default)]
+pub struct Gauge(Arc<AtomicU64>);
+
+impl Gauge {
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+enum Metric {
+    Counter(Counter),
+    Gauge(Gauge),
+}
+
+type Collector = Box<dyn Fn(&mut String) + Send + Sync>;
+
+/// The metrics `/metrics` exports besides the built-in ones. Cheap to clone; register
+/// once at start-up, update from anywhere.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    // name (with optional `{labels}`) → (help, metric)
+    metrics: Arc<Mutex<BTreeMap<String, (String, Metric)>>>,
+    collectors: Arc<Mutex<Vec<Collector>>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    /// A counter named `name` (e.g. `cdc_records_total` or
+    /// `cdc_records_total{table="public.t"}`); the same name returns the same counter.
+    pub fn counter(&self, name: &str, help: &str) -> Counter {
+        let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        let e = m
+            .entry(name.to_string())
+            .or_insert_with(|| (help.to_string(), Metric::Counter(Counter::default())));
+        match &e.1 {
+            Metric::Counter(c) => c.clone(),
+            Metric::Gauge(_) => Counter::default(),
+        }
+    }
+
+    /// A gauge named `name`; the same name returns the same gauge.
+    pub fn gauge(&self, name: &str, help: &str) -> Gauge {
+        let mut m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        let e = m
+            .entry(name.to_string())
+            .or_insert_with(|| (help.to_string(), Metric::Gauge(Gauge::default())));
+        match &e.1 {
+            Metric::Gauge(g) => g.clone(),
+            Metric::Counter(_) => Gauge::default(),
+        }
+    }
+
+    /// A function that appends Prometheus text lines (with their `# HELP`/`# TYPE`) on
+    /// every scrape, for values computed on demand.
+    pub fn collector(&self, f: impl Fn(&mut String) + Send + Sync + 'static) {
+        self.collectors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(f));
+    }
+
+    fn render(&self, out: &mut String) {
+        let m = self.metrics.lock().unwrap_or_else(|p| p.into_inner());
+        let mut described = std::collections::HashSet::new();
+        for (name, (help, metric)) in m.iter() {
+            let base = name.split('{').next().unwrap_or(name);
+            let (kind, v) = match metric {
+                Metric::Counter(c) => ("counter", c.get()),
+                Metric::Gauge(g) => ("gauge", g.get()),
+            };
+            if described.insert(base.to_string()) {
+                let _ = writeln!(out, "# HELP {base} {help}\n# TYPE {base} {kind}");
+            }
+            let _ = writeln!(out, "{name} {v}");
+        }
+        drop(m);
+        for c in self
+            .collectors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            c(out);
+        }
+    }
+}
+
+fn metric(out: &mut String, name: &str, kind: &str, help: &str, v: u64) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+    );
+}
+
+/// The log's metrics snapshot in Prometheus text format.
+pub fn render_log_metrics(log: &Log, out: &mut String) {
+    let s = log.metrics();
+    let c = "counter";
+    let g = "gauge";
+    metric(
+        out,
+        "cdc_log_appended_records_total",
+        c,
+        "Records appended to the embedded log.",
+        s.appended_records,
+    );
+    metric(
+        out,
+        "cdc_log_appended_bytes_total",
+        c,
+        "Bytes appended to the embedded log.",
+        s.appended_bytes,
+    );
+    metric(
+        out,
+        "cdc_log_appended_batches_total",
+        c,
+        "Batches appended to the embedded log.",
+        s.appended_batches,
+    );
+    metric(
+        out,
+        "cdc_log_flushes_total",
+        c,
+        "Flushes (fsync + ledger) of the embedded log.",
+        s.flushes,
+    );
+    metric(
+        out,
+        "cdc_log_flush_seconds_total",
+        c,
+        "Time spent flushing, in nanoseconds / 1e9 (see _nanos).",
+        s.flush_nanos / 1_000_000_000,
+    );
+    metric(
+        out,
+        "cdc_log_flush_nanoseconds_total",
+        c,
+        "Time spent flushing, in nanoseconds.",
+        s.flush_nanos,
+    );
+    metric(
+        out,
+        "cdc_log_recovery_truncated_bytes_total",
+        c,
+        "Bytes cut off unflushed or torn tails on open.",
+        s.recovery_truncated_bytes,
+    );
+    metric(
+        out,
+        "cdc_log_recovery_removed_segments_total",
+        c,
+        "Unflushed segments removed on open.",
+        s.recovery_removed_segments,
+    );
+    metric(
+        out,
+        "cdc_log_recovery_rebuilt_indexes_total",
+        c,
+        "Indexes rebuilt on open.",
+        s.recovery_rebuilt_indexes,
+    );
+    metric(
+        out,
+        "cdc_log_retention_deleted_segments_total",
+        c,
+        "Segments deleted by retention.",
+        s.retention_deleted_segments,
+    );
+    metric(
+        out,
+        "cdc_log_retention_deleted_bytes_total",
+        c,
+        "Bytes deleted by retention.",
+        s.retention_deleted_bytes,
+    );
+    metric(
+        out,
+        "cdc_log_compaction_runs_total",
+        c,
+        "Compaction runs.",
+        s.compaction_runs,
+    );
+    metric(
+        out,
+        "cdc_log_compaction_removed_records_total",
+        c,
+        "Records removed by compaction.",
+        s.compaction_removed_records,
+    );
+    metric(
+        out,
+        "cdc_log_compaction_reclaimed_bytes_total",
+        c,
+        "Bytes reclaimed by compaction.",
+        s.compaction_reclaimed_bytes,
+    );
+    metric(
+        out,
+        "cdc_log_budget_exhausted_total",
+        c,
+        "Times appends hit the disk budget.",
+        s.budget_exhausted_total,
+    );
+    metric(
+        out,
+        "cdc_log_budget_blocked",
+        g,
+        "1 while appends wait for the disk budget.",
+        u64::from(s.budget_blocked),
+    );
+    metric(
+        out,
+        "cdc_log_bytes",
+        g,
+        "Bytes of all segment files.",
+        s.total_bytes,
+    );
+}
+
+/// `user:password` pairs accepted by the optional basic-auth guard of the registry API.
+#[derive(Clone, Default)]
+pub struct BasicAuth {
+    /// Expected `Authorization` header values (`Basic base64(user:password)`).
+    accepted: Vec<String>,
+}
+
+impl std::fmt::Debug for BasicAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BasicAuth({} users, ***)", self.accepted.len())
+    }
+}
+
+impl BasicAuth {
+    /// From `user:password` lines (empty lines and `#` comments skipped).
+    pub fn from_lines(text: &str) -> Result<BasicAuth, String> {
+        use base64::Engine as _;
+        let mut accepted = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            if !line.contains(':') {
+                return Err(format!(
+                    "line {}: expected user:password, found no ':'",
+                    i + 1
+                ));
+            }
+            accepted.push(format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(line)
+            ));
+        }
+        if accepted.is_empty() {
+            return Err("no user:password line".into());
+        }
+        Ok(BasicAuth { accepted })
+    }
+
+    fn allows(&self, header: Option<&HeaderValue>) -> bool {
+        let Some(h) = header.and_then(|h| h.to_str().ok()) else {
+            return false;
+        };
+        self.accepted
+            .iter()
+            .any(|a| constant_time_eq(a.as_bytes(), h.as_bytes()))
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn require_auth(State(auth): State<Arc<BasicAuth>>, req: Request, next: Next) -> Response {
+    if auth.allows(req.headers().get(header::AUTHORIZATION)) {
+        return next.run(req).await;
+    }
+    let mut r = ApiError::new(
+        401,
+        40101,
+        "Unauthorized: valid basic-auth credentials are required",
+    )
+    .into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"cdc schema registry\""),
+    );
+    r
+}
+
+/// What the admin server serves.
+#[derive(Clone)]
+pub struct AdminOptions {
+    pub listen: SocketAddr,
+    pub registry: Option<EmbeddedRegistry>,
+    pub log: Option<Log>,
+    pub basic_auth: Option<BasicAuth>,
+    pub readiness: Readiness,
+    pub metrics: Metrics,
+}
+
+impl AdminOptions {
+    /// Serves the probes and metrics on `listen`; ready as soon as it serves.
+    pub fn new(listen: SocketAddr) -> Self {
+        AdminOptions {
+            listen,
+            registry: None,
+            log: None,
+            basic_auth: None,
+            readiness: Readiness::new(true),
+            metrics: Metrics::default(),
+        }
+    }
+    /// Also serve the registry API at `/` and `/registry/`.
+    pub fn registry(mut self, r: EmbeddedRegistry) -> Self {
+        self.registry = Some(r);
+        self
+    }
+    /// Export this log's metrics.
+    pub fn log(mut self, log: Log) -> Self {
+        self.log = Some(log);
+        self
+    }
+    /// Start not ready; the caller sets `readiness` when it is.
+    pub fn not_ready(self) -> Self {
+        self.readiness.set_ready(false);
+        self
+    }
+    pub fn basic_auth(mut self, auth: Option<BasicAuth>) -> Self {
+        self.basic_auth = auth;
+        self
+    }
+}
+
+/// A running admin server.
+pub struct AdminServer {
+    /// The bound address (useful with port 0).
+    pub local_addr: SocketAddr,
+    pub readiness: Readiness,
+    pub metrics: Metrics,
+    /// Ends after `shutdown` completes and in-flight requests are answered.
+    pub join: JoinHandle<std::io::Result<()>>,
+}
+
+/// The admin router (exposed for tests and for embedding).
+pub fn router(options: &AdminOptions) -> Router {
+    let readiness = options.readiness.clone();
+    let metrics = options.metrics.clone();
+    let log = options.log.clone();
+    let registry = options.registry.clone();
+    let mut app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = readiness.is_ready();
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                    }
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let mut out = String::new();
+                if let Some(log) = &log {
+                    render_log_metrics(log, &mut out);
+                }
+                if let Some(r) = &registry {
+                    metric(
+                        &mut out,
+                        "cdc_registry_subjects",
+                        "gauge",
+                        "Subjects in the embedded schema registry (live).",
+                        r.subjects(false).len() as u64,
+                    );
+                }
+                metrics.render(&mut out);
+                async move {
+                    let mut resp = out.into_response();
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+                    );
+                    resp
+                }
+            }),
+        );
+    if let Some(r) = &options.registry {
+        let mut api = routes(r.clone());
+        if let Some(auth) = &options.basic_auth {
+            api = api.layer(middleware::from_fn_with_state(
+                Arc::new(auth.clone()),
+                require_auth,
+            ));
+        }
+        app = app.nest("/registry", api.clone()).merge(api);
+    }
+    app.fallback(not_found)
+}
+
+/// Binds `options.listen` and serves until `shutdown` completes (then finishes the
+/// requests in flight). Binding errors (address in use) are returned here, not later.
+pub async fn serve(
+    options: AdminOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<AdminServer> {
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on {} (admin server): {e}", options.listen),
+            )
+        })?;
+    let local_addr = listener.local_addr()?;
+    let app = router(&options);
+    tracing::info!(%local_addr, registry = options.registry.is_some(), "admin server listening");
+    let join = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+    });
+    Ok(AdminServer {
+        local_addr,
+        readiness: options.readiness,
+        metrics: options.metrics,
+        join,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_render_prometheus_text() {
+        let m = Metrics::default();
+        m.counter("cdc_records_total{table=\"a\"}", "Records.")
+            .add(3);
+        m.counter("cdc_records_total{table=\"b\"}", "Records.")
+            .inc();
+        m.gauge("cdc_lag", "Lag.").set(7);
+        m.collector(|out| out.push_str("x 1\n"));
+        let mut out = String::new();
+        m.render(&mut out);
+        assert_eq!(
+            out,
+            "# HELP cdc_lag Lag.\n# TYPE cdc_lag gauge\ncdc_lag 7\n\
+             # HELP cdc_records_total Records.\n# TYPE cdc_records_total counter\n\
+             cdc_records_total{table=\"a\"} 3\ncdc_records_total{table=\"b\"} 1\nx 1\n"
+        );
+    }
+
+    #[test]
+    fn basic_auth_lines() {
+        let a = BasicAuth::from_lines("# users\nalice:secret\n\n").unwrap();
+        assert!(a.allows(Some(&HeaderValue::from_static("Basic YWxpY2U6c2VjcmV0"))));
+        assert!(!a.allows(Some(&HeaderValue::from_static("Basic YWxpY2U6d3Jvbmc="))));
+        assert!(!a.allows(None));
+        assert!(BasicAuth::from_lines("nocolon").is_err());
+        assert!(format!("{a:?}").contains("***"));
+    }
+}
