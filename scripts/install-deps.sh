@@ -9,6 +9,9 @@ command -v pg_recvlogical >/dev/null 2>&1 || missing+=(postgresql-client)
 command -v mariadbd >/dev/null 2>&1 || missing+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# For the schema-registry client tests (Confluent's Python and Java clients).
+command -v unzip >/dev/null 2>&1 || missing+=(unzip)
+command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

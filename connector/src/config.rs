@@ -33,6 +33,133 @@ pub struct Config {
     pub log: LogConfig,
     #[serde(default)]
     pub admin: AdminConfig,
+    /// `[registry]`: the schema registry (no `url`: the embedded one, in the log).
+    #[serde(default)]
+    pub registry: RegistryConfig,
+    /// `[format]`: record encoding (see `crate::pipeline`).
+    #[serde(default)]
+    pub format: FormatConfig,
+    /// `[snapshot]`: the initial snapshot (Postgres).
+    #[serde(default)]
+    pub snapshot: SnapshotConfig,
+}
+
+/// `[format]`: how records are encoded and what a schema change does.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormatConfig {
+    /// "json" (payload only), "json-schemas" (`{"schema":…,"payload":…}`) or "avro".
+    #[serde(default = "default_format_value")]
+    pub value: String,
+    /// Debezium `decimal.handling.mode`: "precise" | "double" | "string".
+    #[serde(default = "default_precise")]
+    pub decimal_handling_mode: String,
+    /// Debezium `time.precision.mode`: "adaptive" | "adaptive_time_microseconds" | "connect".
+    #[serde(default = "default_adaptive")]
+    pub time_precision_mode: String,
+    /// Debezium `binary.handling.mode`: "bytes" | "base64" | "base64-url-safe" | "hex".
+    #[serde(default = "default_bytes")]
+    pub binary_handling_mode: String,
+    /// Debezium `interval.handling.mode`: "numeric" | "string".
+    #[serde(default = "default_numeric")]
+    pub interval_handling_mode: String,
+    /// Debezium `tombstones.on.delete`.
+    #[serde(default = "default_true")]
+    pub tombstones_on_delete: bool,
+    /// What an incompatible schema change does: "stop" (default; a definite error naming
+    /// the table) or "force" (register under compatibility NONE for that subject, loudly).
+    #[serde(default = "default_schema_change")]
+    pub schema_change: String,
+}
+
+fn default_format_value() -> String {
+    "json".into()
+}
+fn default_precise() -> String {
+    "precise".into()
+}
+fn default_adaptive() -> String {
+    "adaptive".into()
+}
+fn default_bytes() -> String {
+    "bytes".into()
+}
+fn default_numeric() -> String {
+    "numeric".into()
+}
+fn default_true() -> bool {
+    true
+}
+fn default_schema_change() -> String {
+    "stop".into()
+}
+
+impl Default for FormatConfig {
+    fn default() -> Self {
+        FormatConfig {
+            value: default_format_value(),
+            decimal_handling_mode: default_precise(),
+            time_precision_mode: default_adaptive(),
+            binary_handling_mode: default_bytes(),
+            interval_handling_mode: default_numeric(),
+            tombstones_on_delete: true,
+            schema_change: default_schema_change(),
+        }
+    }
+}
+
+/// `[snapshot]`: the initial snapshot of the captured tables.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotConfig {
+    /// "initial" (default) | "never" | "when_needed" | "initial_only".
+    #[serde(default = "default_snapshot_mode")]
+    pub mode: String,
+    /// Connections reading tables in parallel, all sharing the slot's exported snapshot.
+    #[serde(default = "default_snapshot_connections")]
+    pub connections: usize,
+    /// Table pages (8 KiB) per chunk: tables are read in ctid page ranges of this size.
+    #[serde(default = "default_chunk_pages")]
+    pub chunk_pages: u64,
+}
+
+fn default_snapshot_mode() -> String {
+    "initial".into()
+}
+fn default_snapshot_connections() -> usize {
+    2
+}
+fn default_chunk_pages() -> u64 {
+    2048
+}
+
+impl Default for SnapshotConfig {
+    fn default() -> Self {
+        SnapshotConfig {
+            mode: default_snapshot_mode(),
+            connections: default_snapshot_connections(),
+            chunk_pages: default_chunk_pages(),
+        }
+    }
+}
+
+/// Parses a byte size: a number of bytes, or a number with a unit (`"512MB"`, `"1GB"`,
+/// `"64KiB"`; decimal and binary units are both 1024-based, as Postgres does).
+pub fn parse_byte_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let end = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let n: f64 = s[..end].parse().ok()?;
+    let mult: u64 = match s[end..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return None,
+    };
+    Some((n * mult as f64) as u64)
 }
 
 /// Which database kind the source is.
@@ -83,6 +210,61 @@ pub struct SourceConfig {
     /// MySQL replica `server_id`. Default: derived from `name` (stable, in 1_000_000..2^31).
     #[serde(default)]
     pub server_id: Option<u32>,
+    /// Postgres: emit `pg_logical_emit_message(false, 'cdc_heartbeat', '')` this often so a
+    /// quiet database's slot keeps moving; 0 disables. Default 10000.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_interval_ms: u64,
+    /// Postgres: retained WAL of the slot above which an alarm is logged ("1GB", or bytes).
+    #[serde(default)]
+    pub max_retained_wal: Option<toml::Value>,
+    /// Postgres: how often the slot's retained WAL and wal_status are polled. Default 10000.
+    #[serde(default = "default_slot_monitor_ms")]
+    pub slot_monitor_interval_ms: u64,
+    /// Postgres: unchanged TOASTed values: "placeholder" (default: Debezium's
+    /// `__debezium_unavailable_value`) or "reselect" (read the current value by key).
+    #[serde(default = "default_toast")]
+    pub toast: String,
+    /// Largest number of events in one batch handed to the pipeline: bigger transactions
+    /// go in several chunks. Default 4096.
+    #[serde(default = "default_max_batch_events")]
+    pub max_batch_events: usize,
+    /// Group commit: with transactions queued, flush once this many bytes were appended…
+    #[serde(default = "default_group_commit_bytes")]
+    pub group_commit_bytes: u64,
+    /// …or once the oldest unflushed transaction waited this long. Default 50.
+    #[serde(default = "default_group_commit_ms")]
+    pub group_commit_ms: u64,
+}
+
+fn default_heartbeat_ms() -> u64 {
+    10_000
+}
+fn default_slot_monitor_ms() -> u64 {
+    10_000
+}
+fn default_toast() -> String {
+    "placeholder".into()
+}
+fn default_max_batch_events() -> usize {
+    4096
+}
+fn default_group_commit_bytes() -> u64 {
+    4 << 20
+}
+fn default_group_commit_ms() -> u64 {
+    50
+}
+
+impl SourceConfig {
+    /// `max_retained_wal` in bytes (valid after [`Config::validate`]).
+    pub fn max_retained_wal_bytes(&self) -> Option<u64> {
+        match &self.max_retained_wal {
+            None => None,
+            Some(toml::Value::Integer(n)) if *n > 0 => Some(*n as u64),
+            Some(toml::Value::String(s)) => parse_byte_size(s),
+            Some(_) => None,
+        }
+    }
 }
 
 /// `[log]`: the embedded log.
@@ -94,6 +276,145 @@ pub struct LogConfig {
     /// Partitions of each table's topic.
     #[serde(default = "default_partitions")]
     pub partitions: u32,
+    /// Flush (make durable, without moving the source checkpoint) once appended data has
+    /// waited this long; a timer thread of the log enforces it. Unset: only the pipeline's
+    /// explicit flushes (before each source acknowledgement).
+    #[serde(default)]
+    pub flush_interval_ms: Option<u64>,
+    /// Flush once this many bytes were appended since the last flush. Unset: no bound.
+    #[serde(default)]
+    pub flush_bytes: Option<u64>,
+    /// Roll a partition's active segment past this size (Kafka `segment.bytes`).
+    #[serde(default = "default_segment_bytes")]
+    pub segment_bytes: u64,
+    /// Roll the active segment once its first record is this old (Kafka `segment.ms`).
+    #[serde(default = "default_segment_ms")]
+    pub segment_ms: i64,
+    /// Delete closed segments whose newest record is older than this; -1 = keep forever.
+    #[serde(default = "default_retention_ms")]
+    pub retention_ms: i64,
+    /// Per partition: delete the oldest closed segments above this size; -1 = no limit.
+    #[serde(default = "default_minus_one")]
+    pub retention_bytes: i64,
+    /// "delete" | "compact" | "compact,delete".
+    #[serde(default = "default_cleanup_policy")]
+    pub cleanup_policy: String,
+    /// How long a tombstone survives compaction.
+    #[serde(default = "default_delete_retention_ms")]
+    pub delete_retention_ms: i64,
+    /// Codec of the batches written: "none" | "lz4" | "zstd".
+    #[serde(default = "default_compression")]
+    pub compression: String,
+    /// Bound on the bytes of all segment files; appends wait for consumers / retention
+    /// when it is reached. Unset: no budget.
+    #[serde(default)]
+    pub disk_budget_bytes: Option<u64>,
+}
+
+fn default_segment_bytes() -> u64 {
+    1 << 30
+}
+fn default_segment_ms() -> i64 {
+    7 * 24 * 3600 * 1000
+}
+fn default_retention_ms() -> i64 {
+    7 * 24 * 3600 * 1000
+}
+fn default_minus_one() -> i64 {
+    -1
+}
+fn default_cleanup_policy() -> String {
+    "delete".into()
+}
+fn default_delete_retention_ms() -> i64 {
+    24 * 3600 * 1000
+}
+fn default_compression() -> String {
+    "none".into()
+}
+
+impl LogConfig {
+    /// The topic config of table topics (valid after [`Config::validate`]).
+    pub fn topic_config(&self) -> Result<cdc_log::TopicConfig, (String, String)> {
+        let cleanup_policy = match self.cleanup_policy.replace(' ', "").as_str() {
+            "delete" => cdc_log::CleanupPolicy::DELETE,
+            "compact" => cdc_log::CleanupPolicy::COMPACT,
+            "compact,delete" | "delete,compact" => cdc_log::CleanupPolicy::COMPACT_DELETE,
+            other => {
+                return Err((
+                    "log.cleanup_policy".into(),
+                    format!("{other:?}: use \"delete\", \"compact\" or \"compact,delete\""),
+                ))
+            }
+        };
+        let compression = cdc_log::Compression::from_name(&self.compression).ok_or_else(|| {
+            (
+                "log.compression".to_string(),
+                format!("{:?}: use \"none\", \"lz4\" or \"zstd\"", self.compression),
+            )
+        })?;
+        let never = |key: &str, v: i64| -> Result<Option<i64>, (String, String)> {
+            match v {
+                -1 => Ok(None),
+                v if v >= 1 => Ok(Some(v)),
+                v => Err((
+                    format!("log.{key}"),
+                    format!("{v}: use a positive number of milliseconds, or -1 for never"),
+                )),
+            }
+        };
+        if !(1024..=1 << 40).contains(&self.segment_bytes) {
+            return Err((
+                "log.segment_bytes".into(),
+                format!(
+                    "{} is out of range: use 1024 (1 KiB) to 1099511627776 (1 TiB)",
+                    self.segment_bytes
+                ),
+            ));
+        }
+        if self.retention_bytes < -1 || self.retention_bytes == 0 {
+            return Err((
+                "log.retention_bytes".into(),
+                format!(
+                    "{}: use a positive number of bytes, or -1 for no limit",
+                    self.retention_bytes
+                ),
+            ));
+        }
+        if self.delete_retention_ms < 0 {
+            return Err((
+                "log.delete_retention_ms".into(),
+                format!("{}: must be >= 0", self.delete_retention_ms),
+            ));
+        }
+        Ok(cdc_log::TopicConfig {
+            partitions: self.partitions,
+            segment_bytes: self.segment_bytes,
+            retention_ms: never("retention_ms", self.retention_ms)?,
+            retention_bytes: u64::try_from(self.retention_bytes).ok(),
+            cleanup_policy,
+            delete_retention_ms: self.delete_retention_ms,
+            compression,
+            segment_ms: never("segment_ms", self.segment_ms)?,
+        })
+    }
+
+    /// The log's open options (flush policy, disk budget).
+    pub fn log_options(&self) -> cdc_log::LogOptions {
+        let flush_policy = if self.flush_interval_ms.is_none() && self.flush_bytes.is_none() {
+            cdc_log::FlushPolicy::Manual
+        } else {
+            cdc_log::FlushPolicy::Threshold {
+                bytes: self.flush_bytes,
+                interval: self.flush_interval_ms.map(std::time::Duration::from_millis),
+            }
+        };
+        cdc_log::LogOptions {
+            flush_policy,
+            disk_budget_bytes: self.disk_budget_bytes,
+            ..cdc_log::LogOptions::default()
+        }
+    }
 }
 
 fn default_log_dir() -> PathBuf {
@@ -109,7 +430,98 @@ impl Default for LogConfig {
         LogConfig {
             dir: default_log_dir(),
             partitions: default_partitions(),
+            flush_interval_ms: None,
+            flush_bytes: None,
+            segment_bytes: default_segment_bytes(),
+            segment_ms: default_segment_ms(),
+            retention_ms: default_retention_ms(),
+            retention_bytes: default_minus_one(),
+            cleanup_policy: default_cleanup_policy(),
+            delete_retention_ms: default_delete_retention_ms(),
+            compression: default_compression(),
+            disk_budget_bytes: None,
         }
+    }
+}
+
+/// `[registry]`: which schema registry the pipeline registers schemas with.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// A Confluent-compatible registry (`https://host:8081`); absent = the embedded one.
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<Secret>,
+    #[serde(default)]
+    pub bearer_token: Option<Secret>,
+    /// Extra CA certificates (PEM) to trust for the remote registry's TLS.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Per-request timeout for the remote registry (ms); default 10000.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// Default compatibility level of the embedded registry (subjects without their own
+    /// and no `PUT /config`); default BACKWARD.
+    #[serde(default)]
+    pub compatibility: Option<String>,
+}
+
+impl RegistryConfig {
+    /// The embedded registry's default level.
+    pub fn compatibility_level(&self) -> cdc_schemas::compat::CompatibilityLevel {
+        self.compatibility
+            .as_deref()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_default()
+    }
+
+    /// Options for `cdc_registry::remote::RemoteRegistry`, when `url` is set.
+    pub fn remote_options(&self) -> Option<cdc_registry::remote::RemoteOptions> {
+        let url = self.url.as_ref()?;
+        let mut o = cdc_registry::remote::RemoteOptions::new(url.clone());
+        o.username = self.username.clone();
+        o.password = self.password.as_ref().map(|p| p.expose().to_string());
+        o.bearer_token = self.bearer_token.as_ref().map(|t| t.expose().to_string());
+        o.ca_file = self.ca_file.clone();
+        if let Some(ms) = self.timeout_ms {
+            o.timeout = std::time::Duration::from_millis(ms);
+        }
+        Some(o)
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        if let Some(l) = &self.compatibility {
+            if let Err(e) = l.parse::<cdc_schemas::compat::CompatibilityLevel>() {
+                return Err(("registry.compatibility".into(), e.to_string()));
+            }
+        }
+        if let Some(u) = &self.url {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                return Err((
+                    "registry.url".into(),
+                    format!("{u:?}: use an http:// or https:// URL"),
+                ));
+            }
+        }
+        if self.timeout_ms == Some(0) {
+            return Err(("registry.timeout_ms".into(), "must be > 0".into()));
+        }
+        if self.password.is_some() && self.username.is_none() {
+            return Err((
+                "registry.password".into(),
+                "set registry.username too (basic auth)".into(),
+            ));
+        }
+        if self.bearer_token.is_some() && self.username.is_some() {
+            return Err((
+                "registry.bearer_token".into(),
+                "use either bearer_token or username/password, not both".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -337,6 +749,88 @@ impl Config {
         if self.log.dir.as_os_str().is_empty() {
             return Err(("log.dir".into(), "must not be empty".into()));
         }
+        self.log.topic_config()?;
+        self.validate_pipeline()?;
+        self.registry.validate()?;
+        for (key, v) in [
+            ("log.flush_interval_ms", self.log.flush_interval_ms),
+            ("log.flush_bytes", self.log.flush_bytes),
+            ("log.disk_budget_bytes", self.log.disk_budget_bytes),
+        ] {
+            if v == Some(0) {
+                return Err((
+                    key.into(),
+                    "0 is not allowed: leave the key out to disable it".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The `[format]`, `[snapshot]` and pipeline keys of `[source]`.
+    fn validate_pipeline(&self) -> Result<(), (String, String)> {
+        let one_of = |key: &str, v: &str, allowed: &[&str]| {
+            if allowed.contains(&v) {
+                Ok(())
+            } else {
+                Err((
+                    key.to_string(),
+                    format!("{v:?}: use one of {}", allowed.join(", ")),
+                ))
+            }
+        };
+        let f = &self.format;
+        one_of("format.value", &f.value, &["json", "json-schemas", "avro"])?;
+        one_of(
+            "format.decimal_handling_mode",
+            &f.decimal_handling_mode,
+            &["precise", "double", "string"],
+        )?;
+        one_of(
+            "format.time_precision_mode",
+            &f.time_precision_mode,
+            &["adaptive", "adaptive_time_microseconds", "connect"],
+        )?;
+        one_of(
+            "format.binary_handling_mode",
+            &f.binary_handling_mode,
+            &["bytes", "base64", "base64-url-safe", "hex"],
+        )?;
+        one_of(
+            "format.interval_handling_mode",
+            &f.interval_handling_mode,
+            &["numeric", "string"],
+        )?;
+        one_of("format.schema_change", &f.schema_change, &["stop", "force"])?;
+        one_of(
+            "snapshot.mode",
+            &self.snapshot.mode,
+            &["initial", "never", "when_needed", "initial_only"],
+        )?;
+        if !(1..=64).contains(&self.snapshot.connections) {
+            return Err(("snapshot.connections".into(), "use 1 to 64".into()));
+        }
+        if self.snapshot.chunk_pages == 0 {
+            return Err(("snapshot.chunk_pages".into(), "must be at least 1".into()));
+        }
+        one_of(
+            "source.toast",
+            &self.source.toast,
+            &["placeholder", "reselect"],
+        )?;
+        if self.source.max_batch_events == 0 {
+            return Err((
+                "source.max_batch_events".into(),
+                "must be at least 1".into(),
+            ));
+        }
+        if self.source.max_retained_wal.is_some() && self.source.max_retained_wal_bytes().is_none()
+        {
+            return Err((
+                "source.max_retained_wal".into(),
+                "use a positive number of bytes or a size like \"512MB\" or \"1GB\"".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -514,6 +1008,44 @@ listen = "127.0.0.1:8083"
     }
 
     #[test]
+    fn registry_section() {
+        let c = load(GOOD, &[]).unwrap();
+        assert!(c.registry.url.is_none() && c.registry.remote_options().is_none());
+        assert_eq!(
+            c.registry.compatibility_level(),
+            cdc_schemas::compat::CompatibilityLevel::Backward
+        );
+        let text = format!(
+            "{GOOD}[registry]\nurl = \"https://sr.example:8081\"\nusername = \"cdc\"\npassword = \"hunter2\"\nca_file = \"/etc/cdc/ca.pem\"\ntimeout_ms = 2500\ncompatibility = \"full_transitive\"\n"
+        );
+        let c = load(&text, &[("CDC_REGISTRY__PASSWORD", "from-env")]).unwrap();
+        assert_eq!(
+            c.registry.compatibility_level(),
+            cdc_schemas::compat::CompatibilityLevel::FullTransitive
+        );
+        let o = c.registry.remote_options().unwrap();
+        assert_eq!(o.url, "https://sr.example:8081");
+        assert_eq!(o.password.as_deref(), Some("from-env"));
+        assert_eq!(o.timeout, std::time::Duration::from_millis(2500));
+        let dbg = format!("{:?} {:?}", c.registry, o);
+        assert!(
+            !dbg.contains("from-env") && !dbg.contains("hunter2"),
+            "{dbg}"
+        );
+        let e = load(
+            &format!("{GOOD}[registry]\ncompatibility = \"SIDEWAYS\"\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("registry.compatibility"), "{e}");
+        let e = load(&format!("{GOOD}[registry]\nurl = \"sr:8081\"\n"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("registry.url"), "{e}");
+    }
+
+    #[test]
     fn unknown_key_names_key_and_file() {
         let e = load(
             &GOOD.replace("partitions = 6", "partitions = 6\nsegment_size = 5"),
@@ -651,6 +1183,53 @@ listen = "127.0.0.1:8083"
         let e = load("name = 'x'\n[source\n", &[]).unwrap_err().to_string();
         assert!(
             e.contains("not valid TOML") && e.contains("cdc.toml"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn log_section_keys_are_validated() {
+        let c = load(
+            &GOOD.replace(
+                "partitions = 6",
+                "partitions = 6\nsegment_bytes = 65536\nretention_ms = -1\ncleanup_policy = \"compact,delete\"\ncompression = \"zstd\"\nflush_interval_ms = 200\ndisk_budget_bytes = 1000000",
+            ),
+            &[],
+        )
+        .unwrap();
+        let t = c.log.topic_config().unwrap();
+        assert_eq!(t.segment_bytes, 65536);
+        assert_eq!(t.retention_ms, None);
+        assert_eq!(t.cleanup_policy, cdc_log::CleanupPolicy::COMPACT_DELETE);
+        assert_eq!(t.compression, cdc_log::Compression::Zstd);
+        assert!(matches!(
+            c.log.log_options().flush_policy,
+            cdc_log::FlushPolicy::Threshold {
+                bytes: None,
+                interval: Some(_)
+            }
+        ));
+        for (line, key) in [
+            ("cleanup_policy = \"purge\"", "log.cleanup_policy"),
+            ("compression = \"gzip\"", "log.compression"),
+            ("segment_bytes = 10", "log.segment_bytes"),
+            ("retention_ms = -5", "log.retention_ms"),
+            ("retention_bytes = 0", "log.retention_bytes"),
+            ("flush_bytes = 0", "log.flush_bytes"),
+        ] {
+            let e = load(
+                &GOOD.replace("partitions = 6", &format!("partitions = 6\n{line}")),
+                &[],
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(&format!("`{key}`")), "{line}: {e}");
+        }
+        let e = load(GOOD, &[("CDC_LOG__COMPRESSION", "brotli")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("CDC_LOG__COMPRESSION") && e.contains("`log.compression`"),
             "{e}"
         );
     }

@@ -332,31 +332,76 @@ async fn postgres_auth_methods_and_tls_modes() {
 async fn secrets_stay_out_of_output_and_debug_logs() {
     let pg = PgServer::shared();
     let db = pg_db(pg).await;
+    pg.execute(&db, "INSERT INTO public.orders VALUES (1, 'first')")
+        .await
+        .unwrap();
     // The password comes from the environment; the URL carries a decoy.
     let url = format!("postgres://cdc:url-decoy-pw@127.0.0.1:{}/{db}", pg.port());
-    let cfg = config("postgres", &url, &["public.orders"]);
-    for args in [&["check"][..], &["run"][..]] {
-        let run = cdc(
-            args,
-            &cfg,
-            &[
-                ("CDC_SOURCE__PASSWORD", "cdc-pw"),
-                ("CDC_LOG_LEVEL", "trace"),
-            ],
-        );
-        let all = format!("{}{}", run.stdout, run.stderr);
+    let work = tempfile::tempdir().unwrap();
+    let log_dir = work.path().join("log");
+    // Its own name, so its slot (cdc_secrets) cannot confuse the other tests' checks.
+    let cfg = config("postgres", &url, &["public.orders"])
+        .replace("name = \"it\"", "name = \"secrets\"")
+        .replace("/tmp/unused", log_dir.to_str().unwrap());
+    let env = [
+        ("CDC_SOURCE__PASSWORD", "cdc-pw"),
+        ("CDC_LOG_LEVEL", "trace"),
+    ];
+    let leaked = |all: &str| all.contains("cdc-pw") || all.contains("url-decoy-pw");
+
+    let run = cdc(&["check"], &cfg, &env);
+    let all = format!("{}{}", run.stdout, run.stderr);
+    assert!(!leaked(&all), "secret leaked by check:\n{all}");
+    assert_eq!(run.code, 0, "env password must win over the URL's:\n{all}");
+
+    // `run` streams until SIGTERM; trace logs go to files (a pipe could fill and stall it).
+    let path = work.path().join("cdc.toml");
+    std::fs::write(&path, &cfg).unwrap();
+    let (out, err) = (work.path().join("stdout"), work.path().join("stderr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .envs(env)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let topic = log_dir.join("topics").join("secrets.public.orders");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !topic.exists() && std::time::Instant::now() < deadline {
         assert!(
-            !all.contains("cdc-pw") && !all.contains("url-decoy-pw"),
-            "secret leaked by {args:?}:\n{all}"
+            child.try_wait().unwrap().is_none(),
+            "run exited early:\n{}",
+            std::fs::read_to_string(&err).unwrap()
         );
-        if args == ["check"] {
-            assert_eq!(run.code, 0, "env password must win over the URL's:\n{all}");
-        } else {
-            // `run` must not pretend to stream before the source exists.
-            assert_eq!(run.code, 1, "{all}");
-            assert!(run.stderr.contains("not implemented"), "{all}");
-        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+    assert!(
+        topic.exists(),
+        "no records after 60 s:\n{}",
+        std::fs::read_to_string(&err).unwrap()
+    );
+    // A streamed change too, so the streaming path's logging is covered.
+    pg.execute(&db, "INSERT INTO public.orders VALUES (2, 'second')")
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    let all = format!(
+        "{}{}",
+        std::fs::read_to_string(&out).unwrap(),
+        std::fs::read_to_string(&err).unwrap()
+    );
+    pg.execute(&db, "SELECT pg_drop_replication_slot('cdc_secrets')")
+        .await
+        .unwrap();
+    assert!(!leaked(&all), "secret leaked by run:\n{all}");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "SIGTERM must stop run cleanly:\n{all}"
+    );
 }
 
 #[tokio::test]

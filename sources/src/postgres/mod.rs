@@ -8,6 +8,8 @@ pub mod pgoutput;
 pub mod protocol;
 pub mod relation;
 pub mod replication;
+pub mod snapshot;
+pub mod source;
 pub mod values;
 
 pub use conn::{PgConnectError, PgEndpoint};
@@ -18,3 +20,4 @@ pub use replication::{
     IdentifySystem, ReplicationConnection, ReplicationError, ReplicationStream, SlotSnapshot,
     StreamOptions,
 };
+pub use source::{PgSourceConfig, PostgresSource, SlotStatus, SnapshotMode};

@@ -2,8 +2,13 @@
 //! own throwaway server, on a free loopback port), creates a small shop database, writes a
 //! connector config for it, and runs the connector's preflight checks against it.
 //!
-//! `cdc-sandbox` runs the checks and stops the server; `cdc-sandbox --keep` leaves it
-//! running until Ctrl-C and prints how to reach it.
+//! Then it runs the connector (the same code as `cdc run`) into an embedded log in the
+//! sandbox directory while a small live workload inserts and updates orders every few
+//! hundred milliseconds, and prints the change records as they arrive in the log:
+//! first the snapshot (`op r`), then the live changes (`c`, `u`).
+//!
+//! `cdc-sandbox` runs for 20 seconds (`--seconds N` to change) and stops the server;
+//! `cdc-sandbox --keep` keeps everything running until Ctrl-C and prints how to reach it.
 
 use std::process::ExitCode;
 
@@ -33,9 +38,16 @@ INSERT INTO public.orders (customer_id, status, amount)
 ";
 
 fn main() -> ExitCode {
-    let keep = std::env::args().any(|a| a == "--keep");
+    let args: Vec<String> = std::env::args().collect();
+    let keep = args.iter().any(|a| a == "--keep");
+    let seconds: u64 = args
+        .iter()
+        .position(|a| a == "--seconds")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match rt.block_on(run(keep)) {
+    match rt.block_on(run(keep, seconds)) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -45,7 +57,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(keep: bool) -> anyhow::Result<bool> {
+async fn run(keep: bool, seconds: u64) -> anyhow::Result<bool> {
     eprintln!("starting a private Postgres (wal_level=logical) on a free loopback port...");
     let pg = PgServer::start(Default::default()).context("starting the sandbox Postgres")?;
     let db = pg.create_database().await?;
@@ -53,7 +65,7 @@ async fn run(keep: bool) -> anyhow::Result<bool> {
     let url = pg.url("cdc", cdc_harness::passwords::PG_CDC, &db);
     let log_dir = pg.dir().join("cdc-log");
     let config_text = format!(
-        "name = \"shop\"\n\n[source]\ntype = \"postgres\"\nurl = \"{url}\"\ntables = [\"public.customers\", \"public.orders\"]\n\n[log]\ndir = \"{}\"\npartitions = 3\n",
+        "name = \"shop\"\n\n[source]\ntype = \"postgres\"\nurl = \"{url}\"\ntables = [\"public.customers\", \"public.orders\"]\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[format]\ndecimal_handling_mode = \"string\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
         log_dir.display()
     );
     let config_path = pg.dir().join("cdc.toml");
@@ -71,16 +83,130 @@ async fn run(keep: bool) -> anyhow::Result<bool> {
     let config = Config::from_parts(&config_path, &config_text, std::iter::empty())?;
     let report = cdc_connector::check::run(&config).await;
     print!("{}", report.render_text());
+    if !report.ok() {
+        eprintln!("the preflight checks failed; not starting the connector");
+        return Ok(false);
+    }
+    eprintln!("\nstarting the connector (as `cdc run --config {}`), with a live workload on public.orders...\n", config_path.display());
+    let connector = tokio::spawn(cdc_connector::pipeline::run::run(config));
+    let workload = tokio::spawn(workload(pg.url("cdc", cdc_harness::passwords::PG_CDC, &db)));
+    let stop_printer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let printer = std::thread::spawn({
+        let dir = log_dir.clone();
+        let stop = stop_printer.clone();
+        move || print_changes(&dir, &stop)
+    });
     if keep {
         eprintln!(
-            "\nThe sandbox keeps running until Ctrl-C. Try:\n  cargo run -p cdc-connector --bin cdc -- check --config {}\n  psql 'postgres://postgres:{}@127.0.0.1:{}/{db}'",
-            config_path.display(),
+            "The sandbox keeps running until Ctrl-C. Try, in another terminal:\n  cargo run -p cdc-connector --bin cdc -- log --dir {} topics\n  psql 'postgres://postgres:{}@127.0.0.1:{}/{db}'\n",
+            log_dir.display(),
             cdc_harness::passwords::PG_SUPERUSER,
             pg.port()
         );
         tokio::signal::ctrl_c().await?;
+    } else {
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(seconds)) => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
     }
+    workload.abort();
+    stop_printer.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = printer.join();
+    // The connector stops on the same Ctrl-C; when the time is up, stop it like SIGTERM.
+    unsafe {
+        libc::kill(std::process::id() as i32, libc::SIGTERM);
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(15), connector).await;
     eprintln!("stopping the sandbox (its data directory is removed)");
     drop(pg);
     Ok(report.ok())
+}
+
+/// Inserts an order and updates another one's status every 300 ms.
+async fn workload(url: String) {
+    let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await else {
+        return;
+    };
+    tokio::spawn(conn);
+    let mut i: i64 = 0;
+    loop {
+        i += 1;
+        let _ = client
+            .batch_execute(&format!(
+                "BEGIN;
+                 INSERT INTO public.orders (customer_id, amount) VALUES ({}, {}.99);
+                 UPDATE public.orders SET status = 'shipped' WHERE id = {};
+                 COMMIT;",
+                1 + i % 100,
+                10 + i % 90,
+                1 + (i * 37) % 1000
+            ))
+            .await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
+/// Tails the log's order and customer topics, printing one line per change record.
+fn print_changes(dir: &std::path::Path, stop: &std::sync::atomic::AtomicBool) {
+    use cdc_log::{Log, StartAt};
+    let topics = ["shop.public.customers", "shop.public.orders"];
+    let mut readers = Vec::new();
+    let mut shown_snapshot = 0u64;
+    let mut holder: Option<Log> = None;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        if readers.is_empty() {
+            if let Ok(log) = Log::open_read_only(dir) {
+                for t in topics {
+                    if let Ok(d) = log.describe(t) {
+                        for p in 0..d.partitions.len() as u32 {
+                            if let Ok(r) = log.reader(t, p, StartAt::Earliest) {
+                                readers.push((t, r));
+                            }
+                        }
+                    }
+                }
+                if readers.len() < 6 {
+                    readers.clear();
+                } else {
+                    holder = Some(log);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            continue;
+        }
+        let mut any = false;
+        if let Some(l) = &holder {
+            let _ = l.refresh();
+        }
+        for (topic, r) in readers.iter_mut() {
+            let Ok(batch) = r.poll(1 << 20) else { continue };
+            for rec in batch {
+                any = true;
+                let Some(v) = rec.value else { continue };
+                let Ok(v) = serde_json::from_slice::<serde_json::Value>(&v) else {
+                    continue;
+                };
+                let op = v["op"].as_str().unwrap_or("?");
+                if op == "r" {
+                    shown_snapshot += 1;
+                    if shown_snapshot <= 3 || shown_snapshot % 250 == 0 {
+                        println!(
+                            "{topic:<24} op=r  snapshot row {shown_snapshot:>5}  {}",
+                            v["after"]
+                        );
+                    }
+                    continue;
+                }
+                let key = rec
+                    .key
+                    .map(|k| String::from_utf8_lossy(&k).into_owned())
+                    .unwrap_or_default();
+                println!("{topic:<24} op={op}  key={key}  after={}", v["after"]);
+            }
+        }
+        if !any {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
 }

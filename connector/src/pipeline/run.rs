@@ -1,0 +1,327 @@
+//! `cdc run`: the whole chain — embedded log, registry, admin server, source, pipeline —
+//! and its supervisor.
+//!
+//! Each attempt opens the data log at `[log] dir` (flush policy Manual: only the pipeline's
+//! flushes, each with its checkpoint), resumes the source from `log.checkpoint()`, and runs
+//! source and pipeline connected by a bounded channel. A transient failure (connection
+//! reset, server restart) ends the attempt: the pipeline makes every complete transaction
+//! durable, the log is dropped — which discards a partly appended transaction exactly as a
+//! crash would — and the next attempt, after a backoff, resumes from the checkpoint. A
+//! definite error exits 1; shutdown (SIGTERM / Ctrl-C) drains and exits 0.
+//!
+//! The schema registry gets its own log at `<log.dir>/registry`: it flushes on every
+//! registration, and a flush of the data log in the middle of a transaction would make
+//! part of it durable under the previous checkpoint.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdc_log::{FlushPolicy, Log, LogOptions};
+use cdc_schemas::encode::{
+    BinaryHandlingMode, ConnectorKind, DecimalHandlingMode, EncoderConfig, IntervalHandlingMode,
+    RecordFormat, SourceInfo, TimePrecisionMode, TopicRouter,
+};
+use cdc_schemas::registry::SchemaRegistry;
+use cdc_schemas::SourcePosition;
+use cdc_sources::filter::TableFilter;
+use cdc_sources::postgres::{PgEndpoint, PgSourceConfig, PostgresSource, SnapshotMode};
+use cdc_sources::{Source, SourceContext};
+use tokio::sync::{mpsc, watch};
+
+use super::{Pipeline, PipelineConfig};
+use crate::config::{Config, SourceKind};
+
+/// The encoder options from `[format]` (valid after `Config::validate`).
+pub fn encoder_config(config: &Config, database: &str) -> EncoderConfig {
+    let f = &config.format;
+    let format = match f.value.as_str() {
+        "avro" => RecordFormat::Avro,
+        "json-schemas" => RecordFormat::Json {
+            schemas_enable: true,
+        },
+        _ => RecordFormat::Json {
+            schemas_enable: false,
+        },
+    };
+    let mut c = EncoderConfig::new(
+        SourceInfo::new(ConnectorKind::Postgres, &config.name, database),
+        format,
+    );
+    c.decimal_handling_mode = match f.decimal_handling_mode.as_str() {
+        "double" => DecimalHandlingMode::Double,
+        "string" => DecimalHandlingMode::String,
+        _ => DecimalHandlingMode::Precise,
+    };
+    c.time_precision_mode = match f.time_precision_mode.as_str() {
+        "adaptive_time_microseconds" => TimePrecisionMode::AdaptiveTimeMicroseconds,
+        "connect" => TimePrecisionMode::Connect,
+        _ => TimePrecisionMode::Adaptive,
+    };
+    c.binary_handling_mode = match f.binary_handling_mode.as_str() {
+        "base64" => BinaryHandlingMode::Base64,
+        "base64-url-safe" => BinaryHandlingMode::Base64UrlSafe,
+        "hex" => BinaryHandlingMode::Hex,
+        _ => BinaryHandlingMode::Bytes,
+    };
+    c.interval_handling_mode = match f.interval_handling_mode.as_str() {
+        "string" => IntervalHandlingMode::String,
+        _ => IntervalHandlingMode::Numeric,
+    };
+    c.tombstones_on_delete = f.tombstones_on_delete;
+    c
+}
+
+fn shutdown_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        let term = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term => {}
+        }
+        tracing::info!("shutdown requested: stopping the source, flushing the pipeline");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// Runs the connector until shutdown or a definite error.
+pub async fn run(config: Config) -> ExitCode {
+    if config.source.kind != SourceKind::Postgres {
+        eprintln!(
+            "error: the {} source is not implemented in this build yet: `cdc run` supports Postgres only. Nothing was captured.",
+            config.source.kind.as_str()
+        );
+        return ExitCode::from(1);
+    }
+    let endpoint =
+        match PgEndpoint::from_url(config.source.url.expose(), config.source.password.as_ref()) {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("error: source.url: {e}");
+                return ExitCode::from(2);
+            }
+        };
+    if config.log.flush_interval_ms.is_some() || config.log.flush_bytes.is_some() {
+        tracing::warn!("log.flush_interval_ms / log.flush_bytes are ignored by `cdc run`: the pipeline flushes at transaction boundaries only (a flush inside a transaction would break exactly-once)");
+    }
+    let registry_log = match Log::open(config.log.dir.join("registry"), LogOptions::default()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!(
+                "error: cannot open the schema registry's log at {}: {e}",
+                config.log.dir.join("registry").display()
+            );
+            return ExitCode::from(1);
+        }
+    };
+    let registry = match cdc_registry::EmbeddedRegistry::open(registry_log) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot open the embedded schema registry: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let shutdown = shutdown_signal();
+    let admin_opts =
+        crate::admin::AdminOptions::new(config.admin.listen).registry(registry.clone());
+    let metrics = admin_opts.metrics.clone();
+    let admin = {
+        let mut s = shutdown.clone();
+        crate::admin::serve(admin_opts, async move {
+            let _ = s.wait_for(|v| *v).await;
+        })
+        .await
+    };
+    match &admin {
+        Ok(a) => {
+            tracing::info!(listen = %a.local_addr, "admin server listening (health, readiness, metrics, schema registry)")
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "admin server not started; the connector runs without it")
+        }
+    }
+    let registry: Arc<dyn SchemaRegistry> = Arc::new(registry);
+    let retained = metrics.gauge(
+        "cdc_pg_slot_retained_wal_bytes",
+        "WAL the replication slot retains (pg_current_wal_lsn() - restart_lsn)",
+    );
+    let slot_lost = metrics.gauge(
+        "cdc_pg_slot_wal_status_lost",
+        "1 when the slot's wal_status is lost",
+    );
+    let durable_lsn = metrics.gauge(
+        "cdc_pg_durable_lsn",
+        "the newest source position durable in the log (as a number)",
+    );
+
+    let src_cfg = PgSourceConfig {
+        endpoint: endpoint.clone(),
+        slot: config.slot_name(),
+        publication: config.publication_name(),
+        filter: TableFilter::new(&config.source.tables, &config.source.exclude_tables),
+        snapshot_mode: SnapshotMode::parse(&config.snapshot.mode).unwrap_or(SnapshotMode::Initial),
+        snapshot_connections: config.snapshot.connections,
+        snapshot_chunk_pages: config.snapshot.chunk_pages,
+        max_batch_events: config.source.max_batch_events,
+        heartbeat_interval: (config.source.heartbeat_interval_ms > 0)
+            .then(|| Duration::from_millis(config.source.heartbeat_interval_ms)),
+        slot_monitor_interval: Duration::from_millis(
+            config.source.slot_monitor_interval_ms.max(100),
+        ),
+        max_retained_wal: config.source.max_retained_wal_bytes(),
+        status_interval: Duration::from_secs(10),
+    };
+    if config.source.toast == "reselect" {
+        tracing::warn!("source.toast = \"reselect\" is not implemented yet: unchanged TOASTed values are sent as the placeholder");
+    }
+    let topic_config = match config.log.topic_config() {
+        Ok(t) => t,
+        Err((k, m)) => {
+            eprintln!("error: {k}: {m}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut log_options = config.log.log_options();
+    log_options.flush_policy = FlushPolicy::Manual;
+
+    let mut backoff = Duration::from_millis(500);
+    let code = loop {
+        let started = Instant::now();
+        let log = match Log::open(&config.log.dir, log_options.clone()) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!(
+                    "error: cannot open the log at {}: {e}",
+                    config.log.dir.display()
+                );
+                break ExitCode::from(1);
+            }
+        };
+        let resume_from = match log.checkpoint() {
+            None => None,
+            Some(b) => match SourcePosition::from_checkpoint(&b) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    eprintln!("error: the log's checkpoint is not a source position ({e}); was this log dir written by another tool?");
+                    break ExitCode::from(1);
+                }
+            },
+        };
+        tracing::info!(dir = %config.log.dir.display(), checkpoint = ?resume_from.as_ref().map(|p| p.to_string()), "log opened");
+        let (btx, brx) = mpsc::channel(64);
+        let (dtx, drx) = watch::channel(resume_from.clone());
+        let pipeline = Pipeline::new(
+            log.clone(),
+            registry.clone(),
+            PipelineConfig {
+                encoder: encoder_config(&config, &endpoint.dbname),
+                router: TopicRouter::new(&config.name, &[]).expect("no rules"),
+                topic_config: topic_config.clone(),
+                force_schema_change: config.format.schema_change == "force",
+                group_commit_bytes: config.source.group_commit_bytes,
+                group_commit: Duration::from_millis(config.source.group_commit_ms),
+            },
+            dtx,
+        );
+        let pipe = tokio::spawn(pipeline.run(brx));
+        let source = PostgresSource::new(src_cfg.clone());
+        let status = source.slot_status();
+        let gauges = {
+            let (retained, slot_lost, durable_lsn) =
+                (retained.clone(), slot_lost.clone(), durable_lsn.clone());
+            let mut drx = drx.clone();
+            tokio::spawn(async move {
+                loop {
+                    {
+                        let s = status.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                        retained.set(s.retained_wal_bytes.unwrap_or(0));
+                        slot_lost.set((s.wal_status.as_deref() == Some("lost")) as u64);
+                        if let Some(SourcePosition::Postgres(p)) = &*drx.borrow_and_update() {
+                            durable_lsn.set(p.lsn.0);
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            })
+        };
+        let ctx = SourceContext {
+            batches: btx,
+            durable: drx,
+            resume_from,
+            shutdown: shutdown.clone(),
+        };
+        let src_result = source.run(ctx).await;
+        let (stats, pipe_result) = match pipe.await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("error: the pipeline task failed: {e}");
+                break ExitCode::from(1);
+            }
+        };
+        gauges.abort();
+        tracing::info!(
+            events = stats.events,
+            records = stats.records,
+            transactions = stats.transactions,
+            flushes = stats.flushes,
+            durable = ?stats.last_durable.as_ref().map(|p| p.to_string()),
+            "pipeline stopped"
+        );
+        drop(log);
+        // The pipeline's error explains a source that stopped because the pipeline did.
+        let transient = match (&pipe_result, &src_result) {
+            (Err(e), _) if !e.is_transient() => {
+                tracing::error!(error = %e, "the pipeline stopped on a definite error");
+                eprintln!("error: {e}");
+                break ExitCode::from(1);
+            }
+            (Err(e), _) => {
+                tracing::warn!(error = %e, "the pipeline failed; will retry");
+                true
+            }
+            (Ok(()), Err(e)) if !e.is_transient() => {
+                tracing::error!(error = %e, "the source stopped on a definite error");
+                eprintln!("error: {e}");
+                break ExitCode::from(1);
+            }
+            (Ok(()), Err(e)) => {
+                tracing::warn!(error = %e, "the source failed; will retry");
+                true
+            }
+            (Ok(()), Ok(())) => false,
+        };
+        if *shutdown.borrow() || !transient {
+            tracing::info!("stopped");
+            break ExitCode::SUCCESS;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            backoff = Duration::from_millis(500);
+        }
+        tracing::info!(
+            backoff_ms = backoff.as_millis() as u64,
+            "restarting from the log's checkpoint"
+        );
+        let mut s = shutdown.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = s.wait_for(|v| *v) => { break ExitCode::SUCCESS; }
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    };
+    if let Ok(a) = admin {
+        let _ = tokio::time::timeout(Duration::from_secs(2), a.join).await;
+    }
+    code
+}

@@ -1,0 +1,913 @@
+//! The Postgres source: publication and slot set-up, the initial snapshot and its hand-off
+//! to streaming, pgoutput decoding into [`ChangeEvent`]s (one batch per transaction, large
+//! ones in chunks), heartbeats and slot monitoring.
+//!
+//! # Positions
+//!
+//! A transaction's batch carries `PgPosition { commit_lsn, lsn: end_lsn, tx_id }`: the
+//! commit record's start and end. `lsn` is what the replication stream confirms once the
+//! pipeline has made the batch durable. After the snapshot the checkpoint is the slot's
+//! consistent point (`commit_lsn = lsn = consistent point`). While a *new* snapshot runs over
+//! an existing log the checkpoint is `lsn = 0/0` ("snapshot incomplete"): a restart finds no
+//! usable position and snapshots again (`r` records may then appear twice in the log).
+//!
+//! On resume the server may resend transactions from the slot's `confirmed_flush_lsn`, which
+//! can lag behind our durable checkpoint. A transaction whose commit LSN is below the stored
+//! `lsn` (the end of the last durable commit, or the consistent point) committed at or before
+//! the stored one and is skipped. Non-transactional messages use `lsn = message LSN + 1`, so
+//! the same rule skips a resent one.
+//!
+//! # Failures
+//!
+//! Transient failures (connection lost, server restarting) are returned as
+//! [`SourceError::Transient`]; the connector's supervisor then discards everything not yet
+//! durable (it reopens the log) and restarts the source from the checkpoint, with backoff.
+//! That keeps this loop free of partial-transaction bookkeeping across reconnects.
+//!
+//! # Large transactions
+//!
+//! Streaming of in-progress transactions is not requested (`streaming = false`): the server
+//! spills large transactions to its own disk (`logical_decoding_work_mem`) and sends them at
+//! commit; this source hands them to the pipeline in chunks of `max_batch_events`, so its
+//! memory is bounded whatever the transaction size.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cdc_schemas::{
+    ChangeEvent, LogicalMessage as EvMessage, Lsn, PgPosition, SourcePosition, TableId,
+    TransactionInfo,
+};
+use tokio::sync::{mpsc, watch};
+
+use super::conn::PgEndpoint;
+use super::pgoutput::{PgOutputDecoder, PgOutputMessage};
+use super::relation::{load_types, RelationCache, StaticTypeResolver};
+use super::replication::{
+    quote_ident, CreateSlotOptions, ReplicationConnection, ReplicationError, SlotSnapshot,
+    StreamOptions,
+};
+use super::snapshot::{now_ms, run_snapshot, SnapshotParams};
+use crate::filter::TableFilter;
+use crate::{ChangeBatch, Source, SourceContext, SourceError};
+
+/// The prefix of the connector's heartbeat messages; never emitted as records.
+pub const HEARTBEAT_PREFIX: &str = "cdc_heartbeat";
+
+/// Microseconds between 1970-01-01 and 2000-01-01 (Postgres' epoch), in ms.
+const PG_EPOCH_MS: i64 = 946_684_800_000;
+
+/// `snapshot.mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotMode {
+    Initial,
+    Never,
+    WhenNeeded,
+    InitialOnly,
+}
+
+impl SnapshotMode {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "initial" => SnapshotMode::Initial,
+            "never" => SnapshotMode::Never,
+            "when_needed" => SnapshotMode::WhenNeeded,
+            "initial_only" => SnapshotMode::InitialOnly,
+            _ => return None,
+        })
+    }
+}
+
+/// Everything the source needs.
+#[derive(Clone, Debug)]
+pub struct PgSourceConfig {
+    pub endpoint: PgEndpoint,
+    pub slot: String,
+    pub publication: String,
+    pub filter: TableFilter,
+    pub snapshot_mode: SnapshotMode,
+    pub snapshot_connections: usize,
+    pub snapshot_chunk_pages: u64,
+    pub max_batch_events: usize,
+    /// `None`: no heartbeats.
+    pub heartbeat_interval: Option<Duration>,
+    pub slot_monitor_interval: Duration,
+    pub max_retained_wal: Option<u64>,
+    pub status_interval: Duration,
+}
+
+/// What the slot monitor last saw (exported as metrics by the connector).
+#[derive(Clone, Debug, Default)]
+pub struct SlotStatus {
+    pub retained_wal_bytes: Option<u64>,
+    pub wal_status: Option<String>,
+    pub confirmed_flush_lsn: Option<Lsn>,
+    pub over_limit: bool,
+}
+
+/// The Postgres source.
+pub struct PostgresSource {
+    cfg: PgSourceConfig,
+    status: Arc<Mutex<SlotStatus>>,
+}
+
+impl PostgresSource {
+    pub fn new(cfg: PgSourceConfig) -> Self {
+        PostgresSource {
+            cfg,
+            status: Arc::default(),
+        }
+    }
+
+    /// The slot monitor's latest readings (shared; updated while the source runs).
+    pub fn slot_status(&self) -> Arc<Mutex<SlotStatus>> {
+        self.status.clone()
+    }
+}
+
+impl Source for PostgresSource {
+    async fn run(self, ctx: SourceContext) -> Result<(), SourceError> {
+        run(self.cfg, self.status, ctx).await
+    }
+}
+
+fn definite(
+    what: impl Into<String>,
+    detail: impl Into<String>,
+    fix: impl Into<String>,
+) -> SourceError {
+    SourceError::Definite {
+        what: what.into(),
+        detail: detail.into(),
+        fix: fix.into(),
+    }
+}
+
+fn sql_err(what: &str, e: tokio_postgres::Error) -> SourceError {
+    let code = e.as_db_error().map(|d| d.code().code().to_string());
+    let transient = e.is_closed()
+        || code
+            .as_deref()
+            .map(|c| c.starts_with("08") || c.starts_with("57P") || c == "53300")
+            .unwrap_or(true);
+    let detail = super::conn::error_chain(&e);
+    if transient {
+        SourceError::Transient {
+            what: what.into(),
+            detail,
+        }
+    } else {
+        definite(what, detail, "see the server's message")
+    }
+}
+
+fn pos_of(p: &Option<SourcePosition>) -> Option<PgPosition> {
+    match p {
+        Some(SourcePosition::Postgres(p)) => Some(p.clone()),
+        _ => None,
+    }
+}
+
+struct SlotRow {
+    plugin: Option<String>,
+    database: Option<String>,
+    wal_status: Option<String>,
+}
+
+async fn slot_row(
+    client: &tokio_postgres::Client,
+    slot: &str,
+) -> Result<Option<SlotRow>, SourceError> {
+    let rows = client
+        .query(
+            "SELECT plugin::text, database::text, to_jsonb(s)->>'wal_status' FROM pg_replication_slots s WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(|e| sql_err("reading the replication slot", e))?;
+    Ok(rows.first().map(|r| SlotRow {
+        plugin: r.get(0),
+        database: r.get(1),
+        wal_status: r.get(2),
+    }))
+}
+
+/// Creates the publication if absent, adding the matching tables; adds matching tables
+/// missing from an existing publication (when we may). Returns the published, included
+/// tables.
+async fn ensure_publication(
+    client: &tokio_postgres::Client,
+    cfg: &PgSourceConfig,
+) -> Result<Vec<TableId>, SourceError> {
+    let candidates: Vec<TableId> = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+               AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%' ORDER BY 1, 2",
+            &[],
+        )
+        .await
+        .map_err(|e| sql_err("listing tables", e))?
+        .iter()
+        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
+        .filter(|t| cfg.filter.includes(t))
+        .collect();
+    let exists = !client
+        .query(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[&cfg.publication],
+        )
+        .await
+        .map_err(|e| sql_err("reading publications", e))?
+        .is_empty();
+    let list = |ts: &[TableId]| {
+        ts.iter()
+            .map(|t| format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !exists {
+        let sql = if candidates.is_empty() {
+            format!("CREATE PUBLICATION {}", quote_ident(&cfg.publication))
+        } else {
+            format!(
+                "CREATE PUBLICATION {} FOR TABLE {}",
+                quote_ident(&cfg.publication),
+                list(&candidates)
+            )
+        };
+        client.batch_execute(&sql).await.map_err(|e| {
+            definite(
+                format!("creating publication {:?}", cfg.publication),
+                super::conn::error_chain(&e),
+                "create it as the tables' owner or a superuser (CREATE PUBLICATION … FOR TABLE …), or grant the connector's role ownership of the tables",
+            )
+        })?;
+        tracing::info!(publication = %cfg.publication, tables = candidates.len(), "publication created");
+    }
+    let mut have = published_tables(client, &cfg.publication)
+        .await
+        .map_err(|e| sql_err("reading the publication's tables", e))?;
+    let missing: Vec<TableId> = candidates
+        .iter()
+        .filter(|t| !have.contains(t))
+        .cloned()
+        .collect();
+    if exists && !missing.is_empty() {
+        let sql = format!(
+            "ALTER PUBLICATION {} ADD TABLE {}",
+            quote_ident(&cfg.publication),
+            list(&missing)
+        );
+        match client.batch_execute(&sql).await {
+            Ok(()) => {
+                tracing::info!(publication = %cfg.publication, added = %list(&missing), "tables added to the publication");
+                have = published_tables(client, &cfg.publication)
+                    .await
+                    .map_err(|e| sql_err("reading the publication's tables", e))?;
+            }
+            Err(e) => tracing::warn!(
+                publication = %cfg.publication,
+                tables = %list(&missing),
+                error = %super::conn::error_chain(&e),
+                "tables match source.tables but are not in the publication and could not be added; they are not captured until someone runs ALTER PUBLICATION … ADD TABLE"
+            ),
+        }
+    }
+    Ok(have
+        .into_iter()
+        .filter(|t| cfg.filter.includes(t))
+        .collect())
+}
+
+async fn published_tables(
+    client: &tokio_postgres::Client,
+    publication: &str,
+) -> Result<Vec<TableId>, tokio_postgres::Error> {
+    Ok(client
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_publication_tables WHERE pubname = $1",
+            &[&publication],
+        )
+        .await?
+        .iter()
+        .map(|r| TableId::new(r.get::<_, String>(0), r.get::<_, String>(1)))
+        .collect())
+}
+
+async fn run(
+    cfg: PgSourceConfig,
+    status: Arc<Mutex<SlotStatus>>,
+    mut ctx: SourceContext,
+) -> Result<(), SourceError> {
+    let client = cfg
+        .endpoint
+        .connect()
+        .await
+        .map_err(|e| SourceError::from(ReplicationError::Connect(e)))?;
+    let tables = ensure_publication(&client, &cfg).await?;
+    let stored = pos_of(&ctx.resume_from).filter(|p| p.lsn != Lsn::ZERO);
+    let slot = slot_row(&client, &cfg.slot).await?;
+    if let Some(s) = &slot {
+        if s.plugin.as_deref() != Some("pgoutput")
+            || s.database.as_deref() != Some(cfg.endpoint.dbname.as_str())
+        {
+            return Err(definite(
+                format!("replication slot {:?}", cfg.slot),
+                format!(
+                    "it exists but is a {:?} slot of database {:?}; this connector needs a pgoutput slot of {:?}",
+                    s.plugin, s.database, cfg.endpoint.dbname
+                ),
+                "set source.slot to another name, or drop the slot: SELECT pg_drop_replication_slot('<name>')",
+            ));
+        }
+    }
+    let lost = slot
+        .as_ref()
+        .map(|s| s.wal_status.as_deref() == Some("lost"))
+        .unwrap_or(false);
+    let mode = cfg.snapshot_mode;
+    let mut repl = ReplicationConnection::connect(&cfg.endpoint).await?;
+
+    let (start, skip_before) = match (&stored, slot.is_some() && !lost) {
+        (Some(p), true) => {
+            if mode == SnapshotMode::InitialOnly {
+                tracing::info!(
+                    "snapshot.mode = initial_only and the snapshot is complete: nothing to do"
+                );
+                return Ok(());
+            }
+            tracing::info!(lsn = %p.lsn, commit_lsn = %p.commit_lsn, "resuming from the stored position");
+            (p.lsn, p.lsn)
+        }
+        (Some(p), false) if mode != SnapshotMode::WhenNeeded => {
+            let why = if lost {
+                "was invalidated (wal_status = lost): the server removed WAL it still needed"
+            } else {
+                "does not exist"
+            };
+            return Err(definite(
+                format!("replication slot {:?}", cfg.slot),
+                format!("the log's checkpoint is at {} but the slot {why}; changes since then cannot be streamed", p.lsn),
+                "set snapshot.mode = \"when_needed\" to take a new snapshot (records are then re-read as op r), or start over with an empty log dir; to prevent it, raise max_slot_wal_keep_size and watch the retained-WAL alarm",
+            ));
+        }
+        (None, exists) if mode == SnapshotMode::Never => {
+            if !exists {
+                if lost {
+                    repl.drop_slot(&cfg.slot, false).await?;
+                }
+                let created = repl
+                    .create_slot(
+                        &cfg.slot,
+                        &CreateSlotOptions {
+                            snapshot: SlotSnapshot::Nothing,
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                tracing::info!(slot = %cfg.slot, consistent_point = %created.consistent_point, "replication slot created (snapshot.mode = never)");
+            }
+            (Lsn::ZERO, Lsn::ZERO)
+        }
+        _ => {
+            // A (new) snapshot.
+            if stored.is_some() || ctx.resume_from.is_some() {
+                // Mark the checkpoint "snapshot incomplete" before any snapshot record.
+                send(
+                    &ctx.batches,
+                    ChangeBatch {
+                        events: Vec::new(),
+                        commit: Some(SourcePosition::Postgres(PgPosition::default())),
+                    },
+                )
+                .await?;
+            }
+            if slot.is_some() {
+                tracing::warn!(slot = %cfg.slot, "dropping the existing slot: no usable position for it (a snapshot did not complete, or the slot was lost); a new snapshot follows");
+                repl.drop_slot(&cfg.slot, true).await?;
+            }
+            let created = repl
+                .create_slot(&cfg.slot, &CreateSlotOptions::default())
+                .await?;
+            let snapshot_name = created.snapshot_name.clone().ok_or_else(|| {
+                definite(
+                    "creating the slot",
+                    "the server exported no snapshot",
+                    "report this as a bug",
+                )
+            })?;
+            tracing::info!(slot = %cfg.slot, consistent_point = %created.consistent_point, tables = tables.len(), "replication slot created; snapshot follows");
+            let rows = run_snapshot(
+                SnapshotParams {
+                    endpoint: cfg.endpoint.clone(),
+                    snapshot_name,
+                    tables: tables.clone(),
+                    connections: cfg.snapshot_connections,
+                    chunk_pages: cfg.snapshot_chunk_pages,
+                    batch_events: cfg.max_batch_events,
+                    consistent_point: created.consistent_point,
+                },
+                ctx.batches.clone(),
+            )
+            .await?;
+            let cp = created.consistent_point;
+            send(
+                &ctx.batches,
+                ChangeBatch {
+                    events: Vec::new(),
+                    commit: Some(SourcePosition::Postgres(PgPosition {
+                        commit_lsn: cp,
+                        lsn: cp,
+                        tx_id: None,
+                        xmin: None,
+                    })),
+                },
+            )
+            .await?;
+            tracing::info!(rows, consistent_point = %cp, "snapshot complete; streaming starts at the consistent point");
+            if mode == SnapshotMode::InitialOnly {
+                wait_durable(&mut ctx, cp).await;
+                return Ok(());
+            }
+            (cp, cp)
+        }
+    };
+    stream(cfg, status, client, repl, start, skip_before, ctx).await
+}
+
+async fn send(tx: &mpsc::Sender<ChangeBatch>, b: ChangeBatch) -> Result<(), SourceError> {
+    tx.send(b).await.map_err(|_| SourceError::Transient {
+        what: "postgres source".into(),
+        detail: "the pipeline stopped".into(),
+    })
+}
+
+/// Waits (bounded) until the pipeline reports `lsn` durable or goes away.
+async fn wait_durable(ctx: &mut SourceContext, lsn: Lsn) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if pos_of(&ctx.durable.borrow())
+            .map(|p| p.lsn >= lsn)
+            .unwrap_or(false)
+        {
+            return;
+        }
+        match tokio::time::timeout_at(deadline, ctx.durable.changed()).await {
+            Ok(Ok(())) => {}
+            _ => return,
+        }
+    }
+}
+
+struct OpenTx {
+    xid: u32,
+    final_lsn: Lsn,
+    ts_ms: i64,
+    skip: bool,
+    events: Vec<ChangeEvent>,
+    total: u64,
+    per_table: HashMap<TableId, u64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn stream(
+    cfg: PgSourceConfig,
+    status: Arc<Mutex<SlotStatus>>,
+    client: tokio_postgres::Client,
+    repl: ReplicationConnection,
+    start: Lsn,
+    skip_before: Lsn,
+    ctx: SourceContext,
+) -> Result<(), SourceError> {
+    // The durable position as the replication stream wants it (an LSN).
+    let (lsn_tx, lsn_rx) = watch::channel(skip_before);
+    let lsn_tx = Arc::new(lsn_tx);
+    let forward = {
+        let mut durable = ctx.durable.clone();
+        let lsn_tx = lsn_tx.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Some(p) = pos_of(&durable.borrow_and_update()) {
+                    lsn_tx.send_if_modified(|l| {
+                        if p.lsn > *l {
+                            *l = p.lsn;
+                            true
+                        } else {
+                            false
+                        }
+                    });
+                }
+                if durable.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let opts = StreamOptions {
+        streaming: false,
+        messages: true,
+        status_interval: cfg.status_interval,
+        ..StreamOptions::default()
+    };
+    let mut stream = repl
+        .start(&cfg.slot, start, &[cfg.publication.as_str()], &opts, lsn_rx)
+        .await
+        .map_err(|e| {
+            let s = e.to_string();
+            if s.contains("can no longer get changes from replication slot") {
+                definite(
+                    format!("replication slot {:?}", cfg.slot),
+                    s,
+                    "the slot was invalidated: set snapshot.mode = \"when_needed\" and restart to take a new snapshot, or start over with an empty log dir; raise max_slot_wal_keep_size to prevent it",
+                )
+            } else {
+                e.into()
+            }
+        })?;
+    let (alarm_tx, mut alarm_rx) = mpsc::channel::<SourceError>(1);
+    let monitor = tokio::spawn(monitor(cfg.clone(), status, alarm_tx));
+
+    let resolver = Arc::new(StaticTypeResolver::new());
+    let mut cache = RelationCache::with_resolver(resolver.clone());
+    let mut decoder = PgOutputDecoder::new();
+    let mut tx: Option<OpenTx> = None;
+    let mut last_emitted = skip_before;
+    let max = cfg.max_batch_events.max(1);
+    let mut shutdown = ctx.shutdown.clone();
+    let result: Result<(), SourceError> = loop {
+        let x = tokio::select! {
+            // Biased: shutdown first (stop reading promptly), then a definite alarm from the
+            // slot monitor, then the stream.
+            biased;
+            _ = shutdown.changed() => break Ok(()),
+            Some(e) = alarm_rx.recv() => break Err(e),
+            m = stream.next_message() => match m {
+                Ok(Some(x)) => x,
+                Ok(None) => break Err(SourceError::Transient { what: "replication stream".into(), detail: "ended".into() }),
+                Err(e) => {
+                    let s = e.to_string();
+                    if s.contains("can no longer get changes from replication slot") {
+                        break Err(definite(format!("replication slot {:?}", cfg.slot), s, "the slot was invalidated: set snapshot.mode = \"when_needed\" and restart to take a new snapshot; raise max_slot_wal_keep_size to prevent it"));
+                    }
+                    break Err(e.into());
+                }
+            },
+        };
+        let msg = match decoder.decode_next(&x.data) {
+            Ok(m) => m,
+            Err(e) => {
+                break Err(definite(
+                    "decoding pgoutput",
+                    e.to_string(),
+                    "report this as a bug",
+                ))
+            }
+        };
+        match msg {
+            PgOutputMessage::Begin(b) => {
+                tx = Some(OpenTx {
+                    xid: b.xid,
+                    final_lsn: b.final_lsn,
+                    ts_ms: b.commit_ts / 1000 + PG_EPOCH_MS,
+                    skip: b.final_lsn < last_emitted,
+                    events: Vec::new(),
+                    total: 0,
+                    per_table: HashMap::new(),
+                });
+            }
+            PgOutputMessage::Relation(r) => {
+                let missing = cache.unresolved_types(&r);
+                if !missing.is_empty() {
+                    match load_types(&client, &missing).await {
+                        Ok(ts) => ts.into_iter().for_each(|t| resolver.insert(t)),
+                        Err(e) => break Err(sql_err("loading column types", e)),
+                    }
+                }
+                let info = cache.apply_relation(&r);
+                tracing::debug!(table = %info.schema.id, "relation");
+            }
+            PgOutputMessage::Type(t) => cache.apply_type(&t),
+            PgOutputMessage::Insert(_)
+            | PgOutputMessage::Update(_)
+            | PgOutputMessage::Delete(_)
+            | PgOutputMessage::Truncate(_)
+            | PgOutputMessage::Message(_) => {
+                let Some(open) = tx.as_mut() else {
+                    // Non-transactional logical message.
+                    if let PgOutputMessage::Message(m) = msg {
+                        let pos = SourcePosition::Postgres(PgPosition {
+                            commit_lsn: m.lsn,
+                            lsn: Lsn(m.lsn.0 + 1),
+                            tx_id: None,
+                            xmin: None,
+                        });
+                        if m.lsn < last_emitted {
+                            continue;
+                        }
+                        let mut events = Vec::new();
+                        if m.prefix != HEARTBEAT_PREFIX {
+                            events.push(ChangeEvent::message(
+                                EvMessage {
+                                    prefix: m.prefix.clone(),
+                                    content: m.content.to_vec(),
+                                    transactional: false,
+                                },
+                                pos.clone(),
+                                now_ms(),
+                            ));
+                        }
+                        last_emitted = Lsn(m.lsn.0 + 1);
+                        if let Err(e) = send(
+                            &ctx.batches,
+                            ChangeBatch {
+                                events,
+                                commit: Some(pos),
+                            },
+                        )
+                        .await
+                        {
+                            break Err(e);
+                        }
+                    }
+                    continue;
+                };
+                if open.skip {
+                    continue;
+                }
+                let pos = SourcePosition::Postgres(PgPosition {
+                    commit_lsn: open.final_lsn,
+                    lsn: x.wal_start,
+                    tx_id: Some(open.xid),
+                    xmin: None,
+                });
+                match to_events(&cache, &cfg.filter, msg, pos, open.ts_ms) {
+                    Ok(evs) => {
+                        for mut ev in evs {
+                            open.total += 1;
+                            let key = ev
+                                .table
+                                .as_ref()
+                                .map(|t| t.id.clone())
+                                .unwrap_or_else(|| TableId::new("", ""));
+                            let n = open.per_table.entry(key).or_insert(0);
+                            *n += 1;
+                            ev.tx = Some(TransactionInfo {
+                                id: format!("{}:{}", open.xid, open.final_lsn.0),
+                                total_order: open.total,
+                                data_collection_order: *n,
+                            });
+                            open.events.push(ev);
+                        }
+                    }
+                    Err(e) => break Err(e),
+                }
+                if open.events.len() >= max {
+                    let events = std::mem::take(&mut open.events);
+                    if let Err(e) = send(
+                        &ctx.batches,
+                        ChangeBatch {
+                            events,
+                            commit: None,
+                        },
+                    )
+                    .await
+                    {
+                        break Err(e);
+                    }
+                }
+            }
+            PgOutputMessage::Commit(c) => {
+                let Some(open) = tx.take() else { continue };
+                if open.skip {
+                    continue;
+                }
+                let pos = SourcePosition::Postgres(PgPosition {
+                    commit_lsn: c.commit_lsn,
+                    lsn: c.end_lsn,
+                    tx_id: Some(open.xid),
+                    xmin: None,
+                });
+                last_emitted = c.end_lsn;
+                if let Err(e) = send(
+                    &ctx.batches,
+                    ChangeBatch {
+                        events: open.events,
+                        commit: Some(pos),
+                    },
+                )
+                .await
+                {
+                    break Err(e);
+                }
+            }
+            PgOutputMessage::Origin(_) => {}
+            other => {
+                tracing::debug!(kind = %super::pgoutput::type_name(other.type_byte()), "ignored pgoutput message");
+            }
+        }
+    };
+    monitor.abort();
+    // Let the pipeline drain what we sent, then confirm the final durable position.
+    let SourceContext {
+        batches, durable, ..
+    } = ctx;
+    drop(batches);
+    let mut durable = durable;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while tokio::time::timeout_at(deadline, durable.changed())
+        .await
+        .map(|r| r.is_ok())
+        .unwrap_or(false)
+    {}
+    if let Some(p) = pos_of(&durable.borrow()) {
+        lsn_tx.send_if_modified(|l| {
+            if p.lsn > *l {
+                *l = p.lsn;
+                true
+            } else {
+                false
+            }
+        });
+        tracing::info!(flushed = %p.lsn, "final position sent to the server");
+    }
+    forward.abort();
+    stream.stop().await;
+    result
+}
+
+fn to_events(
+    cache: &RelationCache,
+    filter: &TableFilter,
+    msg: PgOutputMessage,
+    pos: SourcePosition,
+    ts: i64,
+) -> Result<Vec<ChangeEvent>, SourceError> {
+    let bad = |e: &dyn std::fmt::Display| {
+        definite(
+            "decoding a change",
+            e.to_string(),
+            "report this as a bug, with the column's type",
+        )
+    };
+    let rel_of = |id: u32| -> Result<Option<Arc<super::relation::RelationInfo>>, SourceError> {
+        let r = cache
+            .get(id)
+            .cloned()
+            .ok_or_else(|| bad(&format!("no Relation for id {id}")))?;
+        Ok(filter.includes(&r.schema.id).then_some(r))
+    };
+    Ok(match msg {
+        PgOutputMessage::Insert(i) => {
+            let Some(rel) = rel_of(i.relation_id)? else {
+                return Ok(vec![]);
+            };
+            let row = super::relation::decode_tuple(&rel, &i.new).map_err(|e| bad(&e))?;
+            vec![ChangeEvent::create(rel.schema.clone(), row, pos, ts).map_err(|e| bad(&e))?]
+        }
+        PgOutputMessage::Update(u) => {
+            let Some(rel) = rel_of(u.relation_id)? else {
+                return Ok(vec![]);
+            };
+            let after = super::relation::decode_tuple(&rel, &u.new).map_err(|e| bad(&e))?;
+            let before = match &u.old {
+                Some(o) => {
+                    Some(super::relation::decode_tuple(&rel, o.tuple()).map_err(|e| bad(&e))?)
+                }
+                None => None,
+            };
+            vec![
+                ChangeEvent::update(rel.schema.clone(), before, after, pos, ts)
+                    .map_err(|e| bad(&e))?,
+            ]
+        }
+        PgOutputMessage::Delete(d) => {
+            let Some(rel) = rel_of(d.relation_id)? else {
+                return Ok(vec![]);
+            };
+            let before = super::relation::decode_tuple(&rel, d.old.tuple()).map_err(|e| bad(&e))?;
+            vec![ChangeEvent::delete(rel.schema.clone(), before, pos, ts).map_err(|e| bad(&e))?]
+        }
+        PgOutputMessage::Truncate(t) => {
+            let mut v = Vec::new();
+            for id in t.relation_ids {
+                if let Some(rel) = rel_of(id)? {
+                    v.push(ChangeEvent::truncate(rel.schema.clone(), pos.clone(), ts));
+                }
+            }
+            v
+        }
+        PgOutputMessage::Message(m) => {
+            if m.prefix == HEARTBEAT_PREFIX {
+                return Ok(vec![]);
+            }
+            vec![ChangeEvent::message(
+                EvMessage {
+                    prefix: m.prefix,
+                    content: m.content.to_vec(),
+                    transactional: m.transactional,
+                },
+                pos,
+                ts,
+            )]
+        }
+        _ => vec![],
+    })
+}
+
+/// Heartbeats and slot monitoring, on a connection of their own.
+async fn monitor(
+    cfg: PgSourceConfig,
+    status: Arc<Mutex<SlotStatus>>,
+    alarm: mpsc::Sender<SourceError>,
+) {
+    let mut client = None;
+    let mut hb = tokio::time::interval(cfg.heartbeat_interval.unwrap_or(Duration::from_secs(3600)));
+    let mut mon = tokio::time::interval(cfg.slot_monitor_interval.max(Duration::from_millis(100)));
+    hb.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    mon.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned_lost = false;
+    loop {
+        let heartbeat = tokio::select! {
+            _ = hb.tick() => true,
+            _ = mon.tick() => false,
+        };
+        if client.is_none() {
+            match cfg.endpoint.connect().await {
+                Ok(c) => client = Some(c),
+                Err(e) => {
+                    tracing::debug!(error = %e, "slot monitor cannot connect");
+                    continue;
+                }
+            }
+        }
+        let Some(c) = client.as_ref() else { continue };
+        if heartbeat {
+            if cfg.heartbeat_interval.is_none() {
+                continue;
+            }
+            if let Err(e) = c
+                .execute(
+                    "SELECT pg_logical_emit_message(false, $1, '')",
+                    &[&HEARTBEAT_PREFIX],
+                )
+                .await
+            {
+                tracing::debug!(error = %e, "heartbeat failed");
+                if e.is_closed() {
+                    client = None;
+                }
+            }
+            continue;
+        }
+        let row = c
+            .query_opt(
+                "SELECT (pg_current_wal_lsn() - restart_lsn)::int8, to_jsonb(s)->>'wal_status', confirmed_flush_lsn::text
+                 FROM pg_replication_slots s WHERE slot_name = $1",
+                &[&cfg.slot],
+            )
+            .await;
+        let row = match row {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "slot monitor query failed");
+                if e.is_closed() {
+                    client = None;
+                }
+                continue;
+            }
+        };
+        let retained: Option<i64> = row.get(0);
+        let wal_status: Option<String> = row.get(1);
+        let confirmed: Option<String> = row.get(2);
+        let retained = retained.map(|r| r.max(0) as u64);
+        {
+            let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
+            s.retained_wal_bytes = retained;
+            s.wal_status = wal_status.clone();
+            s.confirmed_flush_lsn = confirmed.and_then(|c| c.parse().ok());
+            tracing::debug!(slot = %cfg.slot, retained_wal_bytes = ?retained, wal_status = ?wal_status, "slot status");
+            if let (Some(limit), Some(r)) = (cfg.max_retained_wal, retained) {
+                if r > limit && !s.over_limit {
+                    s.over_limit = true;
+                    tracing::warn!(slot = %cfg.slot, retained_wal_bytes = r, max_retained_wal = limit, "ALARM: the replication slot retains more WAL than source.max_retained_wal; is the connector keeping up (pipeline, disk)?");
+                } else if r <= limit && s.over_limit {
+                    s.over_limit = false;
+                    tracing::info!(slot = %cfg.slot, retained_wal_bytes = r, "retained WAL is back under source.max_retained_wal");
+                }
+            }
+        }
+        if wal_status.as_deref() == Some("lost") && !warned_lost {
+            warned_lost = true;
+            let _ = alarm
+                .send(definite(
+                    format!("replication slot {:?}", cfg.slot),
+                    "the slot was invalidated (wal_status = lost): the server removed WAL it still needed",
+                    "set snapshot.mode = \"when_needed\" and restart to take a new snapshot, or start over with an empty log dir; raise max_slot_wal_keep_size to prevent it",
+                ))
+                .await;
+        }
+    }
+}

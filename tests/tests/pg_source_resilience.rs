@@ -1,0 +1,171 @@
+//! The Postgres source under stress, through the shipped CLI: Postgres restarted
+//! (immediate, i.e. crash recovery) mid-stream; a very large transaction and one with many
+//! subtransactions (some rolled back), with the connector's peak RSS reported.
+//!
+//! `CDC_TEST_BIG_TX_ROWS` sets the large transaction's size (default 200000; the issue's
+//! full size is 2000000).
+
+mod pg_source_util;
+
+use std::time::{Duration, Instant};
+
+use cdc_harness::{PgOptions, PgServer};
+use pg_source_util::*;
+
+const TOPIC: &str = "t.public.acct";
+
+async fn setup(pg: &PgServer, rows: i64) -> String {
+    let db = pg.create_database().await.unwrap();
+    pg.execute(
+        &db,
+        &format!(
+            "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL, pad text);
+             INSERT INTO acct SELECT g, 0, 'x' FROM generate_series(1, {rows}) g;"
+        ),
+    )
+    .await
+    .unwrap();
+    db
+}
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_restart_mid_stream_loses_nothing() {
+    let pg: &'static PgServer = Box::leak(Box::new(PgServer::start(PgOptions::default()).unwrap()));
+    let db = setup(pg, 100).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
+    c.start();
+    wait_converged(
+        pg,
+        &db,
+        "acct",
+        &c.log_dir(),
+        TOPIC,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    let writer = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(6);
+            let mut i = 0;
+            while Instant::now() < deadline {
+                i += 1;
+                let sql = format!("BEGIN; UPDATE acct SET v = v + 1 WHERE id = {}; INSERT INTO acct VALUES ({}, 0, 'n'); COMMIT;", 1 + i % 100, 1000 + i);
+                if pg.execute(&db, &sql).await.is_err() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::task::spawn_blocking(move || pg.restart(true))
+        .await
+        .unwrap()
+        .unwrap();
+    writer.await.unwrap();
+    c.assert_running();
+    wait_converged(
+        pg,
+        &db,
+        "acct",
+        &c.log_dir(),
+        TOPIC,
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    // Exactly once: as many create records as inserted rows.
+    let recs = read_topic(&c.log_dir(), TOPIC);
+    let mut seen = std::collections::HashSet::new();
+    for r in &recs {
+        if let (Some(k), Some(v)) = (&r.key, &r.value) {
+            if v["op"] == "c" {
+                assert!(seen.insert(k.to_string()), "duplicate create {k}");
+            }
+        }
+    }
+    assert!(
+        c.output().contains("restarting from the log's checkpoint"),
+        "{}",
+        c.output()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_transaction_and_subtransactions_with_bounded_memory() {
+    let rows: i64 = std::env::var("CDC_TEST_BIG_TX_ROWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200_000);
+    let pg = PgServer::shared();
+    let db = setup(pg, 10).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
+    c.start();
+    wait_converged(
+        pg,
+        &db,
+        "acct",
+        &c.log_dir(),
+        TOPIC,
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    let started = Instant::now();
+    pg.execute(
+        &db,
+        &format!(
+            "INSERT INTO acct SELECT g, 1, repeat('y', 100) FROM generate_series(100, {}) g",
+            99 + rows
+        ),
+    )
+    .await
+    .unwrap();
+    // Many subtransactions, every third rolled back.
+    let mut sql = String::from("BEGIN;");
+    for i in 0..300 {
+        sql.push_str(&format!("SAVEPOINT s{i}; UPDATE acct SET v = v + 1 WHERE id = {}; INSERT INTO acct VALUES ({}, 7, 'sub');", 1 + i % 10, 10_000_000 + i));
+        if i % 3 == 0 {
+            sql.push_str(&format!("ROLLBACK TO SAVEPOINT s{i};"));
+        } else {
+            sql.push_str(&format!("RELEASE SAVEPOINT s{i};"));
+        }
+    }
+    sql.push_str("COMMIT;");
+    pg.execute(&db, &sql).await.unwrap();
+    wait_converged(
+        pg,
+        &db,
+        "acct",
+        &c.log_dir(),
+        TOPIC,
+        Duration::from_secs(300),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    let elapsed = started.elapsed();
+    let pid = c.child.as_ref().unwrap().id();
+    let hwm = vm_hwm_kib(pid).unwrap_or(0);
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+    eprintln!(
+        "{rows}-row transaction + 300 subtransactions streamed in {:.1}s; connector peak RSS {} MiB",
+        elapsed.as_secs_f64(),
+        hwm / 1024
+    );
+    assert!(hwm < 512 * 1024, "peak RSS {hwm} KiB");
+}

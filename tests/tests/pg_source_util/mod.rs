@@ -1,0 +1,244 @@
+//! Helpers shared by the pg_source_* end-to-end tests: a connector process (the shipped CLI
+//! as `cdc-e2e run --config …`), reading the embedded log back, rebuilding tables from it.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cdc_harness::{passwords, PgServer};
+use cdc_log::{Log, LogOptions, StartAt};
+use serde_json::Value as Json;
+
+pub struct Connector {
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub child: Option<Child>,
+    pub starts: u32,
+}
+
+/// A connector config for `db` on `pg`, logging into `dir/log`; `extra` is appended.
+pub fn connector(pg: &PgServer, db: &str, dir: &Path, tables: &[&str], extra: &str) -> Connector {
+    let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, db));
+    let tables = tables
+        .iter()
+        .map(|t| format!("{t:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let text = format!(
+        "name = \"t\"\n\n[source]\ntype = \"postgres\"\nurl = \"{url}\"\ntables = [{tables}]\nslot = \"{db}\"\nheartbeat_interval_ms = 1000\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[admin]\nlisten = \"127.0.0.1:0\"\n{extra}\n",
+        dir.join("log").display()
+    );
+    let config = dir.join("cdc.toml");
+    std::fs::write(&config, text).unwrap();
+    Connector {
+        dir: dir.to_path_buf(),
+        config,
+        child: None,
+        starts: 0,
+    }
+}
+
+impl Connector {
+    pub fn log_dir(&self) -> PathBuf {
+        self.dir.join("log")
+    }
+
+    pub fn start(&mut self) {
+        assert!(self.child.is_none());
+        self.starts += 1;
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("connector.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+            .arg("run")
+            .arg("--config")
+            .arg(&self.config)
+            .env("CDC_LOG_LEVEL", "info")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM; returns the exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        let mut c = self.child.take()?;
+        unsafe {
+            libc::kill(c.id() as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                return s.code();
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                panic!(
+                    "connector did not stop within 60 s after SIGTERM\n{}",
+                    self.output()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Panics with the connector's output if it exited.
+    pub fn assert_running(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            if let Some(s) = c.try_wait().unwrap() {
+                panic!("connector exited with {s}\n{}", self.output());
+            }
+        }
+    }
+
+    pub fn output(&self) -> String {
+        let s = std::fs::read_to_string(self.dir.join("connector.log")).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+}
+
+impl Drop for Connector {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One record read back: partition, key and value as JSON (value `None` = tombstone).
+#[derive(Clone, Debug)]
+pub struct Rec {
+    pub partition: u32,
+    pub offset: u64,
+    pub key: Option<Json>,
+    pub value: Option<Json>,
+}
+
+/// Every durable record of `topic`, per partition in offset order.
+pub fn read_topic(log_dir: &Path, topic: &str) -> Vec<Rec> {
+    let log = match Log::open_read_only(log_dir) {
+        Ok(l) => l,
+        Err(_) => return Vec::new(),
+    };
+    if !log.topics().iter().any(|t| t == topic) {
+        return Vec::new();
+    }
+    let parts = log.describe(topic).unwrap().partitions.len() as u32;
+    let mut out = Vec::new();
+    for p in 0..parts {
+        let mut r = log.reader(topic, p, StartAt::Earliest).unwrap();
+        loop {
+            let batch = r.poll(4 << 20).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for rec in batch {
+                out.push(Rec {
+                    partition: p,
+                    offset: rec.offset,
+                    key: rec.key.map(|k| serde_json::from_slice(&k).unwrap()),
+                    value: rec.value.map(|v| serde_json::from_slice(&v).unwrap()),
+                });
+            }
+        }
+    }
+    let _ = LogOptions::default();
+    out
+}
+
+/// Applies c/r/u/d by key in log order per partition: key (JSON text) → `after` row.
+pub fn rebuild(recs: &[Rec]) -> BTreeMap<String, Json> {
+    let mut m = BTreeMap::new();
+    for r in recs {
+        let (Some(k), Some(v)) = (&r.key, &r.value) else {
+            continue;
+        };
+        match v["op"].as_str().unwrap() {
+            "c" | "r" | "u" => {
+                m.insert(k.to_string(), v["after"].clone());
+            }
+            "d" => {
+                m.remove(&k.to_string());
+            }
+            _ => {}
+        }
+    }
+    m
+}
+
+/// The table as `{"id":…}` key text → `{column: value}` for integer/text columns.
+pub async fn table_rows(pg: &PgServer, db: &str, table: &str) -> BTreeMap<String, Json> {
+    let c = pg.superuser_client(db).await.unwrap();
+    let rows = c
+        .query(&format!("SELECT row_to_json(x)::text FROM {table} x"), &[])
+        .await
+        .unwrap();
+    let mut m = BTreeMap::new();
+    for r in rows {
+        let j: Json = serde_json::from_str(&r.get::<_, String>(0)).unwrap();
+        let key = serde_json::json!({"id": j["id"]});
+        m.insert(key.to_string(), j);
+    }
+    m
+}
+
+/// Polls until the rebuilt topic equals the table (or the timeout).
+pub async fn wait_converged(
+    pg: &PgServer,
+    db: &str,
+    table: &str,
+    log_dir: &Path,
+    topic: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let want = table_rows(pg, db, table).await;
+        let got = rebuild(&read_topic(log_dir, topic));
+        if got == want {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<_> = want
+                .keys()
+                .filter(|k| got.get(*k) != want.get(*k))
+                .take(5)
+                .collect();
+            let extra: Vec<_> = got
+                .keys()
+                .filter(|k| !want.contains_key(*k))
+                .take(5)
+                .collect();
+            return Err(format!(
+                "{table}: log has {} rows, table {}; differing/missing {missing:?}, extra {extra:?}; e.g. log {:?} table {:?}",
+                got.len(),
+                want.len(),
+                missing.first().and_then(|k| got.get(*k)),
+                missing.first().and_then(|k| want.get(*k)),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Drops the test's slot (named after its database) so it retains no WAL afterwards.
+pub async fn drop_slot(pg: &PgServer, db: &str) {
+    let c = pg.superuser_client("postgres").await.unwrap();
+    let _ = c
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
+            &[&db],
+        )
+        .await;
+}
