@@ -1,0 +1,134 @@
+//! Schema changes on the data path: a compatible change (a nullable column) flows through;
+//! an incompatible one (a column's type int → text, rejected under BACKWARD) stops the
+//! connector with a definite error that names the table, the rule and the ways out, appends
+//! nothing of the change and acknowledges nothing past it — so a restart with
+//! `format.schema_change = "force"` delivers the row, exactly once.
+
+mod pg_source_util;
+
+use std::time::{Duration, Instant};
+
+use cdc_harness::PgServer;
+use pg_source_util::*;
+
+fn records_for_id(log_dir: &std::path::Path, id: i64) -> usize {
+    read_topic(log_dir, "t.public.s")
+        .iter()
+        .filter(|r| r.value.is_some() && r.key.as_ref().is_some_and(|k| k["id"] == id))
+        .count()
+}
+
+/// Waits until the log holds a record (not a tombstone) for `id`.
+async fn wait_for_id(c: &Connector, id: i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while records_for_id(&c.log_dir(), id) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no record for id {id} after 60 s\n{}",
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn incompatible_change_stops_and_force_resumes_without_loss() {
+    let pg = PgServer::shared();
+    let db = pg.create_database().await.unwrap();
+    pg.execute(
+        &db,
+        "SET ROLE cdc; CREATE TABLE s (id int PRIMARY KEY, a int NOT NULL); INSERT INTO s VALUES (1, 10);",
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connector(pg, &db, dir.path(), &["public.s"], "");
+    c.start();
+    let converge = |c: &Connector| {
+        let log_dir = c.log_dir();
+        let db = db.clone();
+        async move {
+            wait_converged(
+                pg,
+                &db,
+                "s",
+                &log_dir,
+                "t.public.s",
+                Duration::from_secs(60),
+            )
+            .await
+        }
+    };
+    converge(&c)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+
+    // Compatible: a nullable column is a union with null, default null.
+    pg.execute(
+        &db,
+        "ALTER TABLE s ADD COLUMN note text; INSERT INTO s VALUES (2, 20, 'x');",
+    )
+    .await
+    .unwrap();
+    wait_for_id(&c, 2).await;
+    c.assert_running();
+
+    // Incompatible under BACKWARD: int cannot be read as string.
+    pg.execute(
+        &db,
+        "ALTER TABLE s ALTER COLUMN a TYPE text; INSERT INTO s VALUES (3, 'thirty', 'y');",
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = c.child.as_mut().unwrap().try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "connector kept running after an incompatible change\n{}",
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    c.child = None;
+    let out = c.output();
+    assert_eq!(status.code(), Some(1), "a definite error exits 1\n{out}");
+    for needle in ["public.s", "incompatible", "BACKWARD", "schema_change"] {
+        assert!(
+            out.contains(needle),
+            "the error does not mention {needle:?}\n{out}"
+        );
+    }
+    assert_eq!(
+        records_for_id(&c.log_dir(), 3),
+        0,
+        "a record of the rejected schema was appended"
+    );
+    assert_eq!(records_for_id(&c.log_dir(), 2), 1);
+
+    // The operator chooses to force it: the row arrives, once; nothing before it repeats.
+    let mut text = std::fs::read_to_string(&c.config).unwrap();
+    text.push_str("\n[format]\nschema_change = \"force\"\n");
+    std::fs::write(&c.config, text).unwrap();
+    c.start();
+    wait_for_id(&c, 3).await;
+    assert_eq!(
+        records_for_id(&c.log_dir(), 3),
+        1,
+        "the forced row must arrive exactly once"
+    );
+    assert_eq!(
+        records_for_id(&c.log_dir(), 2),
+        1,
+        "nothing before the change may repeat"
+    );
+    assert!(
+        c.output().contains("force"),
+        "forcing must be logged loudly\n{}",
+        c.output()
+    );
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+}
