@@ -201,10 +201,11 @@ async fn postgres_missing_table_fails() {
 async fn postgres_slot_with_wrong_plugin_fails() {
     let pg = PgServer::shared();
     let db = pg_db(pg).await;
-    // A slot of the connector's default name (cdc_<name>), made for another plugin.
+    // A slot of the connector's default name (cdc_<name>) that is not a pgoutput slot
+    // (physical: every Postgres build has those; test_decoding is not in all of them).
     pg.execute(
         &db,
-        "SELECT pg_create_logical_replication_slot('cdc_wrongplugin', 'test_decoding')",
+        "SELECT pg_create_physical_replication_slot('cdc_wrongplugin')",
     )
     .await
     .unwrap();
@@ -222,7 +223,7 @@ async fn postgres_slot_with_wrong_plugin_fails() {
         &run,
         "slot",
         &[
-            "\"test_decoding\"",
+            "a physical slot",
             "pgoutput",
             "pg_drop_replication_slot('cdc_wrongplugin')",
         ],
