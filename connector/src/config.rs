@@ -214,6 +214,11 @@ pub struct SourceConfig {
     /// quiet database's slot keeps moving; 0 disables. Default 10000.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_interval_ms: u64,
+    /// Postgres: how often a standby status update (the durable flush position) is sent to
+    /// the server; Debezium's `status.update.interval.ms`. Also sent whenever the server asks.
+    /// Default 10000; at most a third of the server's `wal_sender_timeout` is used.
+    #[serde(default = "default_status_interval_ms")]
+    pub status_interval_ms: u64,
     /// Postgres: retained WAL of the slot above which an alarm is logged ("1GB", or bytes).
     #[serde(default)]
     pub max_retained_wal: Option<toml::Value>,
@@ -237,6 +242,9 @@ pub struct SourceConfig {
 }
 
 fn default_heartbeat_ms() -> u64 {
+    10_000
+}
+fn default_status_interval_ms() -> u64 {
     10_000
 }
 fn default_slot_monitor_ms() -> u64 {

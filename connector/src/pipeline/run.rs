@@ -181,7 +181,7 @@ pub async fn run(config: Config) -> ExitCode {
             config.source.slot_monitor_interval_ms.max(100),
         ),
         max_retained_wal: config.source.max_retained_wal_bytes(),
-        status_interval: Duration::from_secs(10),
+        status_interval: Duration::from_millis(config.source.status_interval_ms.max(50)),
     };
     if config.source.toast == "reselect" {
         tracing::warn!("source.toast = \"reselect\" is not implemented yet: unchanged TOASTed values are sent as the placeholder");
