@@ -16,22 +16,6 @@ use cdc_harness::PgServer;
 use pg_source_util::*;
 use serde_json::Value as Json;
 
-const TOPIC: &str = "t.public.acct";
-
-async fn setup(pg: &PgServer, rows: i64) -> String {
-    let db = pg.create_database().await.unwrap();
-    pg.execute(
-        &db,
-        &format!(
-            "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL, pad text);
-             INSERT INTO acct SELECT g, 0, repeat('x', 50) FROM generate_series(1, {rows}) g;"
-        ),
-    )
-    .await
-    .unwrap();
-    db
-}
-
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -142,20 +126,12 @@ fn check_histories(recs: &[Rec]) -> Result<usize, String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn streams_changes_and_stops_cleanly() {
     let pg = PgServer::shared();
-    let db = setup(pg, 10).await;
+    let db = setup_acct(pg, 10).await;
     let dir = tempfile::tempdir().unwrap();
     let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
     c.start();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+        .await;
     pg.execute(
         &db,
         "BEGIN; INSERT INTO acct VALUES (100, 5, 'a'); UPDATE acct SET v = 1 WHERE id = 1; DELETE FROM acct WHERE id = 2; COMMIT;
@@ -163,17 +139,9 @@ async fn streams_changes_and_stops_cleanly() {
     )
     .await
     .unwrap();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
-    let recs = read_topic(&c.log_dir(), TOPIC);
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+        .await;
+    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
     let ops: Vec<&str> = recs
         .iter()
         .filter_map(|r| r.value.as_ref().map(|v| v["op"].as_str().unwrap()))
@@ -191,22 +159,14 @@ async fn streams_changes_and_stops_cleanly() {
     assert!(recs.iter().any(|r| r.value.is_none()));
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     // Restart: nothing is emitted twice.
-    let before = read_topic(&c.log_dir(), TOPIC).len();
+    let before = read_topic(&c.log_dir(), ACCT_TOPIC).len();
     c.start();
     pg.execute(&db, "UPDATE acct SET v = v + 1 WHERE id = 1")
         .await
         .unwrap();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
-    assert_eq!(read_topic(&c.log_dir(), TOPIC).len(), before + 1);
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+        .await;
+    assert_eq!(read_topic(&c.log_dir(), ACCT_TOPIC).len(), before + 1);
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     drop_slot(pg, &db).await;
 }
@@ -218,7 +178,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
     let pg = PgServer::shared();
-    let db = setup(pg, 200).await;
+    let db = setup_acct(pg, 200).await;
     let dir = tempfile::tempdir().unwrap();
     let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
     let stop = Arc::new(AtomicBool::new(false));
@@ -242,18 +202,10 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
     stop.store(true, Ordering::Relaxed);
     w.await.unwrap();
     c.start();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
+        .await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
-    let recs = read_topic(&c.log_dir(), TOPIC);
+    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
     let n = check_histories(&recs).unwrap_or_else(|e| panic!("{e}"));
     drop_slot(pg, &db).await;
     eprintln!(
@@ -264,7 +216,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
 
 async fn snapshot_with_concurrent_writes(connections: usize) {
     let pg = PgServer::shared();
-    let db = setup(pg, 30_000).await;
+    let db = setup_acct(pg, 30_000).await;
     let dir = tempfile::tempdir().unwrap();
     let mut c = connector(
         pg,
@@ -288,18 +240,10 @@ async fn snapshot_with_concurrent_writes(connections: usize) {
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::Relaxed);
     w.await.unwrap();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
+        .await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
-    let recs = read_topic(&c.log_dir(), TOPIC);
+    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
     check_histories(&recs).unwrap_or_else(|e| panic!("{e}"));
     drop_slot(pg, &db).await;
     let reads = recs

@@ -12,22 +12,6 @@ use std::time::{Duration, Instant};
 use cdc_harness::{PgOptions, PgServer};
 use pg_source_util::*;
 
-const TOPIC: &str = "t.public.acct";
-
-async fn setup(pg: &PgServer, rows: i64) -> String {
-    let db = pg.create_database().await.unwrap();
-    pg.execute(
-        &db,
-        &format!(
-            "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL, pad text);
-             INSERT INTO acct SELECT g, 0, 'x' FROM generate_series(1, {rows}) g;"
-        ),
-    )
-    .await
-    .unwrap();
-    db
-}
-
 fn vm_hwm_kib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines()
@@ -41,20 +25,12 @@ fn vm_hwm_kib(pid: u32) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_restart_mid_stream_loses_nothing() {
     let pg: &'static PgServer = Box::leak(Box::new(PgServer::start(PgOptions::default()).unwrap()));
-    let db = setup(pg, 100).await;
+    let db = setup_acct(pg, 100).await;
     let dir = tempfile::tempdir().unwrap();
     let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
     c.start();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+        .await;
     let writer = {
         let db = db.clone();
         tokio::spawn(async move {
@@ -76,19 +52,11 @@ async fn postgres_restart_mid_stream_loses_nothing() {
         .unwrap();
     writer.await.unwrap();
     c.assert_running();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(60),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
+        .await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     // Exactly once: as many create records as inserted rows.
-    let recs = read_topic(&c.log_dir(), TOPIC);
+    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
     let mut seen = std::collections::HashSet::new();
     for r in &recs {
         if let (Some(k), Some(v)) = (&r.key, &r.value) {
@@ -111,20 +79,12 @@ async fn large_transaction_and_subtransactions_with_bounded_memory() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
     let pg = PgServer::shared();
-    let db = setup(pg, 10).await;
+    let db = setup_acct(pg, 10).await;
     let dir = tempfile::tempdir().unwrap();
     let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
     c.start();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(30),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+        .await;
     let started = Instant::now();
     pg.execute(
         &db,
@@ -147,16 +107,8 @@ async fn large_transaction_and_subtransactions_with_bounded_memory() {
     }
     sql.push_str("COMMIT;");
     pg.execute(&db, &sql).await.unwrap();
-    wait_converged(
-        pg,
-        &db,
-        "acct",
-        &c.log_dir(),
-        TOPIC,
-        Duration::from_secs(300),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", c.output()));
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(300))
+        .await;
     let elapsed = started.elapsed();
     let pid = c.child.as_ref().unwrap().id();
     let hwm = vm_hwm_kib(pid).unwrap_or(0);

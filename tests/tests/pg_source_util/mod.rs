@@ -242,3 +242,39 @@ pub async fn drop_slot(pg: &PgServer, db: &str) {
         )
         .await;
 }
+
+/// The topic of the `acct` fixture table.
+pub const ACCT_TOPIC: &str = "t.public.acct";
+
+/// A fresh database with the `acct` fixture table (`id` key, `v` counter, `pad`) holding
+/// `rows` rows, created as `cdc`.
+pub async fn setup_acct(pg: &PgServer, rows: i64) -> String {
+    let db = pg.create_database().await.unwrap();
+    pg.execute(
+        &db,
+        &format!(
+            "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL, pad text);
+             INSERT INTO acct SELECT g, 0, repeat('x', 50) FROM generate_series(1, {rows}) g;"
+        ),
+    )
+    .await
+    .unwrap();
+    db
+}
+
+impl Connector {
+    /// Waits until rebuilding `topic` from the log equals `table`; panics with the
+    /// connector's output otherwise.
+    pub async fn converge(
+        &self,
+        pg: &PgServer,
+        db: &str,
+        table: &str,
+        topic: &str,
+        timeout: Duration,
+    ) {
+        if let Err(e) = wait_converged(pg, db, table, &self.log_dir(), topic, timeout).await {
+            panic!("{e}\n{}", self.output());
+        }
+    }
+}
