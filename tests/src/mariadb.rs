@@ -75,6 +75,18 @@ impl MariaDbOptions {
     }
 }
 
+/// A `tmp/` inside `dir`, owned by the server user. MariaDB's tmpdir defaults to /tmp,
+/// shared by every server on the machine; concurrent bootstraps there were seen to trip
+/// over each other's internal temporary tables ("Could not remove temporary table").
+fn private_tmp(dir: &Path, user: Option<(u32, u32)>) -> Result<PathBuf> {
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    if let Some((uid, gid)) = user {
+        std::os::unix::fs::chown(&tmp, Some(uid), Some(gid))?;
+    }
+    Ok(tmp)
+}
+
 /// One `mariadb-install-db` per process; instances copy it.
 fn template(user: Option<(u32, u32)>) -> Result<PathBuf> {
     static TEMPLATE: Mutex<Option<PathBuf>> = Mutex::new(None);
@@ -91,10 +103,13 @@ fn template(user: Option<(u32, u32)>) -> Result<PathBuf> {
         // chowns afterwards).
         cmd.uid(uid).gid(gid);
     }
+    let tmp = private_tmp(&dir, user)?;
     cmd.current_dir(&dir)
         .env("LC_ALL", "C")
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
+        // Passed through to the bootstrap server (see private_tmp).
+        .arg(format!("--tmpdir={}", tmp.display()))
         .args([
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
@@ -142,6 +157,7 @@ impl MariaDbServer {
             format!("--socket={}", d("mysqld.sock")),
             format!("--log-error={}", d("error.log")),
             format!("--pid-file={}", d("mysqld.pid")),
+            format!("--tmpdir={}", private_tmp(&dir, user)?.display()),
             format!("--server-id={server_id}"),
             "--innodb-buffer-pool-size=64M".into(),
             "--innodb-log-file-size=8M".into(),
