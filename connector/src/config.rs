@@ -229,6 +229,14 @@ pub struct SourceConfig {
     /// `__debezium_unavailable_value`) or "reselect" (read the current value by key).
     #[serde(default = "default_toast")]
     pub toast: String,
+    /// Postgres: have the server send large transactions while they are still open
+    /// (pgoutput `streaming`, Postgres 14+); they are spilled to `spill_dir` until they
+    /// commit. Default true.
+    #[serde(default = "default_true")]
+    pub streaming: bool,
+    /// Where open streamed transactions are spilled. Default `<log.dir>/spill`.
+    #[serde(default)]
+    pub spill_dir: Option<PathBuf>,
     /// Largest number of events in one batch handed to the pipeline: bigger transactions
     /// go in several chunks. Default 4096.
     #[serde(default = "default_max_batch_events")]
@@ -239,6 +247,10 @@ pub struct SourceConfig {
     /// …or once the oldest unflushed transaction waited this long. Default 50.
     #[serde(default = "default_group_commit_ms")]
     pub group_commit_ms: u64,
+    /// Memory for decoded changes queued between the source and the pipeline (estimated
+    /// bytes of the events, not a count of batches). Default 8388608 (8 MiB).
+    #[serde(default = "default_max_queued_bytes")]
+    pub max_queued_bytes: u64,
 }
 
 fn default_heartbeat_ms() -> u64 {
@@ -261,6 +273,9 @@ fn default_group_commit_bytes() -> u64 {
 }
 fn default_group_commit_ms() -> u64 {
     50
+}
+fn default_max_queued_bytes() -> u64 {
+    8 << 20
 }
 
 impl SourceConfig {
@@ -826,6 +841,12 @@ impl Config {
             &self.source.toast,
             &["placeholder", "reselect"],
         )?;
+        if self.source.max_queued_bytes < 1024 {
+            return Err((
+                "source.max_queued_bytes".into(),
+                "must be at least 1024".into(),
+            ));
+        }
         if self.source.max_batch_events == 0 {
             return Err((
                 "source.max_batch_events".into(),

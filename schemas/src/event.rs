@@ -67,6 +67,11 @@ impl SnapshotMarker {
 }
 
 /// Debezium's `transaction` block.
+///
+/// An update that changes the key is written as two change records (delete, then create)
+/// and, as with Debezium, counts as two events: sources advance both orders by two for
+/// it; the event carries the delete's orders and the encoder gives the create half the
+/// next ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransactionInfo {
     /// Postgres: `txid:lsn`; MySQL: the GTID or `file:pos`.
@@ -226,6 +231,42 @@ impl ChangeEvent {
         Some(table.key.iter().map(move |&i| &row.0[i]))
     }
 
+    /// Approximately how much memory the event holds (its own size plus the heap blocks of
+    /// its rows, strings and message, each with a malloc header), for bounding queues by
+    /// memory rather than by count. Walks the values: O(columns).
+    pub fn approx_size(&self) -> usize {
+        const BLOCK: usize = 16;
+        fn heap(v: &Value) -> usize {
+            match v {
+                Value::Text(s) | Value::Json(s) => s.capacity() + BLOCK,
+                Value::Bytes(b) | Value::Bits { bytes: b, .. } => b.capacity() + BLOCK,
+                Value::Decimal(crate::decimal::Decimal::Finite { unscaled, .. }) => {
+                    (unscaled.bits() as usize).div_ceil(64) * 8 + BLOCK
+                }
+                Value::Array(a) => {
+                    a.capacity() * std::mem::size_of::<Value>()
+                        + BLOCK
+                        + a.iter().map(heap).sum::<usize>()
+                }
+                _ => 0,
+            }
+        }
+        let row = |r: &Option<Row>| {
+            r.as_ref().map_or(0, |r| {
+                r.0.capacity() * std::mem::size_of::<Value>()
+                    + BLOCK
+                    + r.0.iter().map(heap).sum::<usize>()
+            })
+        };
+        std::mem::size_of::<Self>()
+            + row(&self.before)
+            + row(&self.after)
+            + self.message.as_ref().map_or(0, |m| {
+                m.prefix.capacity() + m.content.capacity() + 2 * BLOCK
+            })
+            + self.tx.as_ref().map_or(0, |t| t.id.capacity() + BLOCK)
+    }
+
     /// True when an update changed the key: Debezium then emits a delete of the old key
     /// and a create of the new one.
     pub fn changes_key(&self) -> bool {
@@ -282,6 +323,14 @@ mod tests {
             e.key_values().unwrap().collect::<Vec<_>>(),
             vec![&Value::Int32(1)]
         );
+    }
+
+    #[test]
+    fn approx_size_counts_heap_values() {
+        let small = ChangeEvent::create(table(), row(1, ""), pos(), 0).unwrap();
+        let big = ChangeEvent::create(table(), row(1, &"x".repeat(10_000)), pos(), 0).unwrap();
+        assert!(small.approx_size() >= std::mem::size_of::<ChangeEvent>());
+        assert!(big.approx_size() >= small.approx_size() + 10_000);
     }
 
     #[test]

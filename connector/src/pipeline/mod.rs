@@ -26,7 +26,17 @@
 //! of a large transaction, snapshot rows) first flushes the pending commit, and when the
 //! pipeline stops mid-transaction the partial records are left unflushed (the supervisor
 //! drops the log, which discards them like a crash would).
+//!
+//! # Memory
+//!
+//! Bounded by configuration, not by the workload: the queue from the source holds at most
+//! `source.max_queued_bytes` of decoded events ([`queue`]); a batch (at most
+//! `source.max_batch_events` events) is encoded into reused buffers
+//! ([`cdc_schemas::encode::RecordBuf`], no allocation per record) and appended in pieces
+//! of about `APPEND_CHUNK_BYTES` (1 MiB).
 
+pub mod progress;
+pub mod queue;
 pub mod run;
 
 use std::collections::HashMap;
@@ -35,11 +45,17 @@ use std::time::{Duration, Instant};
 
 use cdc_log::{HeaderRef, Log, NewRecord, Topic, TopicConfig};
 use cdc_schemas::compat::CompatibilityLevel;
-use cdc_schemas::encode::{Encoder, EncoderConfig, SchemaIds, TopicRouter};
+use cdc_schemas::encode::{Encoder, EncoderConfig, RecordBuf, SchemaIds, TopicRouter};
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
 use cdc_schemas::{ChangeEvent, Op, SourcePosition, TableId, TableSchema};
 use cdc_sources::ChangeBatch;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
+
+use queue::{BatchReceiver, TryRecvError};
+
+/// Encoded bytes per log append: a source batch is appended in pieces of about this size,
+/// so the encode buffer and the log's batch buffer stay small whatever the batch size.
+const APPEND_CHUNK_BYTES: usize = 1 << 20;
 
 /// What the pipeline needs besides the log and the registry.
 pub struct PipelineConfig {
@@ -92,7 +108,7 @@ pub struct PipelineStats {
 struct TableState {
     schema: Arc<TableSchema>,
     encoder: Encoder,
-    topic: String,
+    topic: Topic,
 }
 
 pub struct Pipeline {
@@ -100,12 +116,16 @@ pub struct Pipeline {
     registry: Arc<dyn SchemaRegistry>,
     cfg: PipelineConfig,
     tables: HashMap<TableId, TableState>,
-    messages: Option<(Encoder, String)>,
+    messages: Option<(Encoder, Topic)>,
     topics: HashMap<String, Topic>,
     durable: watch::Sender<Option<SourcePosition>>,
     pending: Option<(SourcePosition, Instant)>,
     bytes_since_flush: u64,
     stats: PipelineStats,
+    /// Encoded records waiting to be appended (reused: no allocation per record).
+    encoded: RecordBuf,
+    /// Records of a transaction whose commit is not appended yet are in the log.
+    partial: bool,
 }
 
 impl Pipeline {
@@ -126,6 +146,8 @@ impl Pipeline {
             pending: None,
             bytes_since_flush: 0,
             stats: PipelineStats::default(),
+            encoded: RecordBuf::new(),
+            partial: false,
         }
     }
 
@@ -133,33 +155,46 @@ impl Pipeline {
     /// every complete transaction received is durable and published.
     pub async fn run(
         mut self,
-        mut rx: mpsc::Receiver<ChangeBatch>,
+        mut rx: BatchReceiver,
     ) -> (PipelineStats, Result<(), PipelineError>) {
         let r = self.run_inner(&mut rx).await;
-        // Whatever happened, make complete transactions durable (never a partial one:
-        // `pending` is only set right after a commit was appended).
-        let r2 = self.flush_pending().await;
+        // Whatever happened, make complete transactions durable — unless part of a
+        // transaction is appended (a batch failed half way, or the source stopped inside
+        // a large transaction): a flush would make that part durable under the previous
+        // checkpoint and a restart would append it again. The complete transactions are
+        // then not acknowledged either, and the source sends them again.
+        let r2 = if self.partial {
+            if self.pending.is_some() {
+                tracing::warn!("part of a transaction is appended: not flushing; the unacknowledged transactions are read again on restart");
+            }
+            Ok(())
+        } else {
+            self.flush_pending().await
+        };
         (self.stats, r.and(r2))
     }
 
-    async fn run_inner(
-        &mut self,
-        rx: &mut mpsc::Receiver<ChangeBatch>,
-    ) -> Result<(), PipelineError> {
+    async fn run_inner(&mut self, rx: &mut BatchReceiver) -> Result<(), PipelineError> {
         loop {
-            let batch = match rx.try_recv() {
+            let queued = match rx.try_recv() {
                 Ok(b) => b,
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    // Nothing queued: the group ends here.
-                    self.flush_pending().await?;
+                Err(TryRecvError::Empty) => {
+                    // Nothing queued (nor on its way): the group ends here.
+                    if !rx.more_coming() {
+                        self.flush_pending().await?;
+                    }
                     match rx.recv().await {
                         Some(b) => b,
                         None => return Ok(()),
                     }
                 }
-                Err(mpsc::error::TryRecvError::Disconnected) => return Ok(()),
+                Err(TryRecvError::Disconnected) => return Ok(()),
             };
-            self.process(batch).await?;
+            // `queued` holds the batch's share of the queue's memory budget until the
+            // batch is appended and dropped.
+            let mut queued = queued;
+            self.process(&mut queued.batch).await?;
+            drop(queued);
             if let Some((_, since)) = &self.pending {
                 if self.bytes_since_flush >= self.cfg.group_commit_bytes
                     || since.elapsed() >= self.cfg.group_commit
@@ -192,72 +227,64 @@ impl Pipeline {
         Ok(())
     }
 
-    async fn process(&mut self, batch: ChangeBatch) -> Result<(), PipelineError> {
+    async fn process(&mut self, batch: &mut ChangeBatch) -> Result<(), PipelineError> {
         if batch.commit.is_none() && !batch.events.is_empty() {
             // A chunk of a transaction: never flush once part of it is appended.
             self.flush_pending().await?;
         }
-        // Schemas first: an incompatible change appends nothing of this batch.
-        for ev in &batch.events {
-            self.prepare(ev).await?;
-        }
         let now_ns = now_ns();
         let ts = now_ns / 1_000_000;
-        // Encode, grouped by topic (order within a topic is preserved).
-        let mut by_topic: Vec<(String, Vec<cdc_schemas::encode::Record>)> = Vec::new();
-        for ev in &batch.events {
-            let (enc, topic) = if ev.op == Op::Message {
-                let (e, t) = self.messages.as_ref().expect("prepared");
-                (e, t)
-            } else {
-                let id = &ev.table.as_ref().expect("table event").id;
-                let st = self.tables.get(id).expect("prepared");
-                (&st.encoder, &st.topic)
-            };
-            let recs = enc.records(ev, now_ns)?;
-            match by_topic.last_mut() {
-                Some((t, v)) if t == topic => v.extend(recs),
-                _ => by_topic.push((topic.clone(), recs)),
+        // A batch may hold two versions of a table's schema (a Relation in the middle of a
+        // transaction): it is taken in segments within which each table has one version,
+        // each segment's schemas prepared (registered) before any of its records is
+        // appended. An incompatible change therefore appends nothing from there on.
+        let events = &batch.events;
+        let mut start = 0;
+        while start < events.len() {
+            let mut end = start;
+            let mut versions: HashMap<&TableId, &Arc<TableSchema>> = HashMap::new();
+            let mut last: Option<&Arc<TableSchema>> = None;
+            while end < events.len() {
+                if let Some(t) = events[end].table.as_ref() {
+                    // Runs of events sharing one schema (the same Arc) need one check.
+                    if !last.is_some_and(|l| Arc::ptr_eq(l, t)) {
+                        match versions.get(&t.id) {
+                            Some(v) if !Arc::ptr_eq(v, t) && ***v != **t => break,
+                            Some(_) => {}
+                            None => {
+                                versions.insert(&t.id, t);
+                            }
+                        }
+                        self.prepare(&events[end]).await?;
+                        last = Some(t);
+                    }
+                } else if events[end].op == Op::Message {
+                    self.prepare(&events[end]).await?;
+                }
+                end += 1;
             }
+            // From the first append of a batch until its commit is appended, the log holds
+            // part of a transaction: no flush may cover it.
+            self.partial = true;
+            // Encode into one reused buffer; append per run of events of one topic (order
+            // within a topic is preserved), in pieces of about APPEND_CHUNK_BYTES.
+            let mut buf = std::mem::take(&mut self.encoded);
+            buf.clear();
+            let r = self.encode_and_append(&events[start..end], now_ns, ts, &mut buf);
+            buf.clear();
+            if buf.bytes.capacity() > 4 * APPEND_CHUNK_BYTES {
+                // One huge record grew it: give the memory back.
+                buf.bytes.shrink_to(APPEND_CHUNK_BYTES);
+            }
+            self.encoded = buf;
+            r?;
+            start = end;
+        }
+        if batch.commit.is_some() || events.is_empty() {
+            self.partial = false;
         }
         self.stats.events += batch.events.len() as u64;
-        for (topic, recs) in by_topic {
-            let t = self.topic(&topic)?;
-            let headers: Vec<Vec<HeaderRef<'_>>> = recs
-                .iter()
-                .map(|r| {
-                    r.headers
-                        .iter()
-                        .map(|(k, v)| HeaderRef {
-                            key: k,
-                            value: Some(v.as_slice()),
-                        })
-                        .collect()
-                })
-                .collect();
-            let new: Vec<NewRecord<'_>> = recs
-                .iter()
-                .zip(&headers)
-                .map(|(r, h)| NewRecord {
-                    key: r.key.as_deref(),
-                    value: r.value.as_deref(),
-                    headers: h,
-                    timestamp: ts,
-                })
-                .collect();
-            let bytes: usize = recs
-                .iter()
-                .map(|r| {
-                    r.key.as_ref().map_or(0, |k| k.len()) + r.value.as_ref().map_or(0, |v| v.len())
-                })
-                .sum();
-            let log_topic = t.clone();
-            // Appends write to the page cache (no fsync): cheap enough inline.
-            tokio::task::block_in_place(|| log_topic.append_keyed(&new))?;
-            self.bytes_since_flush += bytes as u64;
-            self.stats.records += recs.len() as u64;
-        }
-        if let Some(pos) = batch.commit {
+        if let Some(pos) = batch.commit.take() {
             self.stats.transactions += 1;
             let since = self
                 .pending
@@ -265,6 +292,53 @@ impl Pipeline {
                 .map(|p| p.1)
                 .unwrap_or_else(Instant::now);
             self.pending = Some((pos, since));
+        }
+        Ok(())
+    }
+
+    /// Encodes `events` into `buf` and appends it whenever the topic changes or a piece is
+    /// full, and at the end.
+    fn encode_and_append(
+        &mut self,
+        events: &[ChangeEvent],
+        now_ns: i64,
+        ts: i64,
+        buf: &mut RecordBuf,
+    ) -> Result<(), PipelineError> {
+        let mut current: Option<&Topic> = None;
+        // The table state of the previous event, by its schema's Arc: no lookup per event.
+        let mut cached: Option<(&Arc<TableSchema>, &TableState)> = None;
+        for ev in events {
+            let (enc, topic) = if ev.op == Op::Message {
+                let (e, t) = self.messages.as_ref().expect("prepared");
+                (e, t)
+            } else {
+                let schema = ev.table.as_ref().expect("table event");
+                let st = match cached {
+                    Some((s, st)) if Arc::ptr_eq(s, schema) => st,
+                    _ => {
+                        let st = self.tables.get(&schema.id).expect("prepared");
+                        cached = Some((schema, st));
+                        st
+                    }
+                };
+                (&st.encoder, &st.topic)
+            };
+            if let Some(cur) = current {
+                if cur.name() != topic.name() || buf.bytes.len() >= APPEND_CHUNK_BYTES {
+                    let (records, bytes) = append_encoded(cur, buf, ts)?;
+                    self.stats.records += records;
+                    self.bytes_since_flush += bytes;
+                    buf.clear();
+                }
+            }
+            current = Some(topic);
+            enc.records_into(ev, now_ns, buf)?;
+        }
+        if let Some(cur) = current {
+            let (records, bytes) = append_encoded(cur, buf, ts)?;
+            self.stats.records += records;
+            self.bytes_since_flush += bytes;
         }
         Ok(())
     }
@@ -295,6 +369,7 @@ impl Pipeline {
                 .register(&topic, &enc, "<logical decoding messages>", None)
                 .await?;
             enc.set_schema_ids(ids);
+            let topic = self.topic(&topic)?;
             self.messages = Some((enc, topic));
             return Ok(());
         }
@@ -318,6 +393,7 @@ impl Pipeline {
             .await?;
         enc.set_schema_ids(ids);
         tracing::info!(table = %schema.id, topic, key_id = ?ids.key, value_id = ids.value, "schema registered");
+        let topic = self.topic(&topic)?;
         self.tables.insert(
             schema.id.clone(),
             TableState {
@@ -397,6 +473,41 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// Appends the records in `buf` to `topic` (key-partitioned); returns (records, bytes).
+fn append_encoded(topic: &Topic, buf: &RecordBuf, ts: i64) -> Result<(u64, u64), PipelineError> {
+    if buf.is_empty() {
+        return Ok((0, 0));
+    }
+    // Headers are rare (key changes): one slot per record that has one.
+    let headers: Vec<HeaderRef<'_>> = (0..buf.len())
+        .filter_map(|i| buf.header(i))
+        .map(|(key, value)| HeaderRef {
+            key,
+            value: Some(value),
+        })
+        .collect();
+    let mut next_header = 0;
+    let records: Vec<NewRecord<'_>> = (0..buf.len())
+        .map(|i| {
+            let h: &[HeaderRef<'_>] = if buf.spans[i].header.is_some() {
+                next_header += 1;
+                &headers[next_header - 1..next_header]
+            } else {
+                &[]
+            };
+            NewRecord {
+                key: buf.key(i),
+                value: buf.value(i),
+                headers: h,
+                timestamp: ts,
+            }
+        })
+        .collect();
+    // Appends write without fsync: cheap enough inline, outside the async scheduling.
+    tokio::task::block_in_place(|| topic.append_keyed(&records))?;
+    Ok((records.len() as u64, buf.bytes.len() as u64))
 }
 
 /// Columns added, removed or changed between two versions of a table, for messages.

@@ -25,9 +25,10 @@ use cdc_schemas::encode::{
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::SourcePosition;
 use cdc_sources::filter::TableFilter;
+use cdc_sources::postgres::snapshot::{with_progress, SnapshotProgress};
 use cdc_sources::postgres::{PgEndpoint, PgSourceConfig, PostgresSource, SnapshotMode};
 use cdc_sources::{Source, SourceContext};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::{Pipeline, PipelineConfig};
 use crate::config::{Config, SourceKind};
@@ -137,10 +138,17 @@ pub async fn run(config: Config) -> ExitCode {
     let admin_opts =
         crate::admin::AdminOptions::new(config.admin.listen).registry(registry.clone());
     let metrics = admin_opts.metrics.clone();
+    // The admin server stops on shutdown, or when the connector is done by itself
+    // (`initial_only`, a definite error): then it must not hold the exit up.
+    let (admin_stop, admin_stop_rx) = watch::channel(false);
     let admin = {
         let mut s = shutdown.clone();
+        let mut done = admin_stop_rx;
         crate::admin::serve(admin_opts, async move {
-            let _ = s.wait_for(|v| *v).await;
+            tokio::select! {
+                _ = s.wait_for(|v| *v) => {}
+                _ = done.wait_for(|v| *v) => {}
+            }
         })
         .await
     };
@@ -165,6 +173,9 @@ pub async fn run(config: Config) -> ExitCode {
         "cdc_pg_durable_lsn",
         "the newest source position durable in the log (as a number)",
     );
+    // Snapshot progress: bar on a terminal, log lines otherwise, gauges on /metrics.
+    let snapshot_progress = SnapshotProgress::new();
+    let progress_reporter = super::progress::spawn(snapshot_progress.clone(), &metrics);
 
     let src_cfg = PgSourceConfig {
         endpoint: endpoint.clone(),
@@ -182,10 +193,14 @@ pub async fn run(config: Config) -> ExitCode {
         ),
         max_retained_wal: config.source.max_retained_wal_bytes(),
         status_interval: Duration::from_millis(config.source.status_interval_ms.max(50)),
+        streaming: config.source.streaming,
+        spill_dir: config
+            .source
+            .spill_dir
+            .clone()
+            .unwrap_or_else(|| config.log.dir.join("spill")),
+        toast_reselect: config.source.toast == "reselect",
     };
-    if config.source.toast == "reselect" {
-        tracing::warn!("source.toast = \"reselect\" is not implemented yet: unchanged TOASTed values are sent as the placeholder");
-    }
     let topic_config = match config.log.topic_config() {
         Ok(t) => t,
         Err((k, m)) => {
@@ -220,7 +235,8 @@ pub async fn run(config: Config) -> ExitCode {
             },
         };
         tracing::info!(dir = %config.log.dir.display(), checkpoint = ?resume_from.as_ref().map(|p| p.to_string()), "log opened");
-        let (btx, brx) = mpsc::channel(64);
+        // Bounded by the memory of the queued events, not by a count of batches.
+        let (btx, brx) = super::queue::channel(config.source.max_queued_bytes);
         let (dtx, drx) = watch::channel(resume_from.clone());
         let pipeline = Pipeline::new(
             log.clone(),
@@ -262,7 +278,7 @@ pub async fn run(config: Config) -> ExitCode {
             resume_from,
             shutdown: shutdown.clone(),
         };
-        let src_result = source.run(ctx).await;
+        let src_result = with_progress(snapshot_progress.clone(), source.run(ctx)).await;
         let (stats, pipe_result) = match pipe.await {
             Ok(r) => r,
             Err(e) => {
@@ -320,6 +336,8 @@ pub async fn run(config: Config) -> ExitCode {
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
     };
+    progress_reporter.finish();
+    let _ = admin_stop.send(true);
     if let Ok(a) = admin {
         let _ = tokio::time::timeout(Duration::from_secs(2), a.join).await;
     }

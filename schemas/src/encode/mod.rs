@@ -39,7 +39,7 @@ pub use config::{
 };
 pub use connect::{ConnectField, ConnectSchema, ConnectType};
 pub use convert::ValueError;
-pub use envelope::{Record, RecordKind, HEADER_NEW_KEY, HEADER_OLD_KEY};
+pub use envelope::{Record, RecordBuf, RecordKind, RecordSpan, HEADER_NEW_KEY, HEADER_OLD_KEY};
 pub use topic::{RouteRule, TopicRouter};
 
 use crate::event::{ChangeEvent, Op, TransactionInfo};
@@ -191,7 +191,8 @@ impl Encoder {
     }
 
     /// Builds the encoder for Postgres logical decoding messages (`op = m`), whose topic is
-    /// `<prefix>.message`, key `{prefix}` and value `{op, ts_ms, source, message}`.
+    /// `<prefix>.message`, key `{prefix}` and value `{op, ts_ms, source, transaction,
+    /// message}`.
     pub fn for_messages(config: &EncoderConfig) -> Result<Encoder, EncodeError> {
         if config.source.connector != ConnectorKind::Postgres {
             return Err(EncodeError::MessagesUnsupported {
@@ -224,6 +225,7 @@ impl Encoder {
                 ConnectField::new("op", ConnectSchema::of(ConnectType::String)),
                 ConnectField::new("ts_ms", ConnectSchema::of(ConnectType::Int64).optional()),
                 ConnectField::new("source", source_schema(config)),
+                ConnectField::new("transaction", transaction_schema()),
                 ConnectField::new("message", block),
             ],
         )
@@ -545,7 +547,8 @@ impl Encoder {
     }
 
     /// The envelope for `op` with the given rows (which may differ from `ev`'s own for
-    /// the delete/create pair of a key change).
+    /// the delete/create pair of a key change). Unchanged TOASTed values in `after` that
+    /// `ev`'s old row holds (REPLICA IDENTITY FULL) are written as those values.
     pub(crate) fn encode_envelope(
         &self,
         op: Op,
@@ -564,6 +567,15 @@ impl Encoder {
         for r in [before, after].into_iter().flatten() {
             self.check_row(r)?;
         }
+        // The event's own old row, also for the create half of a key change.
+        let filled;
+        let after = match (ev.before.as_ref(), after) {
+            (Some(b), Some(a)) if a.0.iter().any(|v| v.is_unchanged()) => {
+                filled = fill_unchanged(b, a);
+                Some(&filled)
+            }
+            _ => after,
+        };
         let placeholder = &self.config.unavailable_value_placeholder;
         match self.config.format {
             RecordFormat::Json { .. } => {
@@ -642,6 +654,8 @@ impl Encoder {
                 json::write_i64(out, now_ns.div_euclid(1_000_000));
                 out.extend_from_slice(b",\"source\":");
                 self.write_source_json(ev, out)?;
+                out.extend_from_slice(b",\"transaction\":");
+                write_tx_json(out, ev.tx.as_ref());
                 out.extend_from_slice(b",\"message\":{\"prefix\":");
                 write_json_opt_str(out, prefix);
                 out.extend_from_slice(b",\"content\":");
@@ -670,6 +684,7 @@ impl Encoder {
                 avro::write_long(out, 1);
                 avro::write_long(out, now_ns.div_euclid(1_000_000));
                 self.write_source_avro(ev, out)?;
+                write_tx_avro(out, ev.tx.as_ref());
                 write_avro_opt_str(out, prefix);
                 match content {
                     Some(c) => {
@@ -747,6 +762,8 @@ impl Encoder {
                 write_json_opt_i64(out, lsn_i64(p.lsn.0));
                 out.extend_from_slice(b",\"xmin\":");
                 write_json_opt_i64(out, p.xmin.map(|x| x as i64));
+                // Replication origin of the transaction: not carried by ChangeEvent.
+                out.extend_from_slice(b",\"origin\":null,\"origin_lsn\":null");
             }
             SourcePosition::Mysql(m) => {
                 out.extend_from_slice(b",\"server_id\":");
@@ -808,6 +825,8 @@ impl Encoder {
                 write_avro_opt_long(out, p.tx_id.map(i64::from));
                 write_avro_opt_long(out, lsn_i64(p.lsn.0));
                 write_avro_opt_long(out, p.xmin.map(|x| x as i64));
+                avro::write_long(out, 0); // origin: null
+                avro::write_long(out, 0); // origin_lsn: null
             }
             SourcePosition::Mysql(m) => {
                 avro::write_long(out, m.server_id as i64);
@@ -821,6 +840,22 @@ impl Encoder {
         }
         Ok(())
     }
+}
+
+/// `after` with each unchanged TOASTed value that `before` holds replaced by it: the value
+/// did not change, and an old row image (REPLICA IDENTITY FULL) carries it in full, as
+/// Debezium fills it. A `NULL` in `before` (a column absent from an old key image) is not
+/// a value: the placeholder stays.
+fn fill_unchanged(before: &Row, after: &Row) -> Row {
+    Row(after
+        .0
+        .iter()
+        .zip(before.0.iter().map(Some).chain(std::iter::repeat(None)))
+        .map(|(a, b)| match (a, b) {
+            (a, Some(b)) if a.is_unchanged() && !b.is_null() && !b.is_unchanged() => b.clone(),
+            (a, _) => a.clone(),
+        })
+        .collect())
 }
 
 /// LSNs are u64; Debezium carries them in an int64 (they never reach 2^63 in practice).
@@ -929,6 +964,8 @@ pub fn source_schema(config: &EncoderConfig) -> ConnectSchema {
             ConnectField::new("txId", s(T::Int64).optional()),
             ConnectField::new("lsn", s(T::Int64).optional()),
             ConnectField::new("xmin", s(T::Int64).optional()),
+            ConnectField::new("origin", s(T::String).optional()),
+            ConnectField::new("origin_lsn", s(T::Int64).optional()),
         ]),
         ConnectorKind::MySql | ConnectorKind::MariaDb => fields.extend([
             ConnectField::new("table", s(T::String).optional()),

@@ -10,41 +10,78 @@
 //!
 //! Chunks: each table is split into ctid page ranges of `chunk_pages` pages (the last
 //! range is open-ended, so rows on pages past the size estimate are not missed), read with
-//! `COPY (SELECT … WHERE ctid >= '(lo,0)' AND ctid < '(hi,0)') TO STDOUT` in text format
-//! and parsed with the same value parsers as pgoutput's text tuples (the readers set the
-//! walsender's session GUCs, so the output functions print the same text). Postgres 14+
+//! `COPY (SELECT … WHERE ctid >= '(lo,0)' AND ctid < '(hi,0)') TO STDOUT`. Postgres 14+
 //! runs these as TID range scans; older versions scan the table per chunk (correct, slower).
+//!
+//! Format: a table whose columns are all built-in scalar types with a [`BinKind`] (bool,
+//! integers, floats, numeric, text/varchar/bpchar/name, bytea, date/time types, interval,
+//! uuid, json/jsonb, bit/varbit) is read with `(FORMAT binary)`: no text formatting on the
+//! server and no text parsing here (BENCHMARKS.md, "Postgres source", has the CPU
+//! figures); the decoders give exactly the [`Value`]s the text
+//! parser gives (`tests/tests/pg_snapshot_copy.rs`). Any other table (arrays, enums,
+//! domains, composites, network and other text-like types) is read in text format and
+//! parsed with the same value parsers as pgoutput's text tuples (the readers set the
+//! walsender's session GUCs, so the output functions print the same text). Both go
+//! through a [`CopyDecoder`], which also handles rows split across CopyData messages.
 //!
 //! The table's schema is derived by building the Relation message pgoutput would send
 //! (columns in attnum order, generated columns left out, key = replica identity columns) and
 //! applying it to a [`RelationCache`], so snapshot and streamed records of a table share one
 //! schema version.
 //!
-//! Markers: the first record of a table's first chunk is `first_in_data_collection`, the
-//! last record of its last chunk `last_in_data_collection`, all others `true` (chunks of one
-//! table may finish out of order with several connections, so these mark chunk 0 and the
-//! last chunk, not necessarily the first and last records written).
+//! # Markers (`source.snapshot`, Debezium 3.x semantics)
+//!
+//! In the order records reach the pipeline (the order they are appended): the very first
+//! snapshot record is `first`, the very last `last`; a table's first record is
+//! `first_in_data_collection` and its last `last_in_data_collection`; all others `true`.
+//! When one record is several of these, the precedence is Debezium's: `last` >
+//! `first` > `last_in_data_collection` > `first_in_data_collection`. Empty tables have
+//! no records and so no markers.
+//!
+//! With parallel chunk readers the last record of a table (and of the snapshot) is known
+//! only once every chunk of that table (every table) is done, so the `Sequencer` through
+//! which all readers send holds records back: per table, the newest record read; and
+//! globally, the `last_in_data_collection` record of the table completed most recently. A
+//! held record goes out, in front of the batch, as soon as a later record of its table
+//! (or of any table, for the global one) is sent; when a table's last chunk ends its held
+//! record is marked `last_in_data_collection`; when the snapshot ends the globally held
+//! record is marked `last`. The channel is the only order there is, so `first` is decided
+//! at send time and sending happens under the sequencer's lock. Records of different
+//! tables go to different topics, so holding one back never reorders anything that has an
+//! order; within a table the send order is the read order.
+//!
+//! # Progress
+//!
+//! A [`SnapshotProgress`] counts rows read, tables done and the row estimate (the sum of
+//! `pg_class.reltuples`). The connector puts one in scope with [`with_progress`] around the
+//! source and renders it (progress bar on a terminal, log lines and metrics otherwise);
+//! without one in scope the snapshot logs an info line every few seconds itself.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cdc_schemas::{
-    ChangeEvent, Lsn, PgPosition, Row, SnapshotMarker, SourcePosition, TableId, Value,
+    ChangeEvent, Decimal, Lsn, PgPosition, Row, SnapshotMarker, SourcePosition, TableId, Value,
 };
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::conn::PgEndpoint;
 use super::pgoutput::{Relation, RelationColumn, ReplicaIdentity};
-use super::relation::{load_types, RelationCache, RelationInfo, StaticTypeResolver};
+use super::relation::{
+    load_table_catalog, load_types, RelationCache, RelationInfo, StaticTypeResolver,
+};
 use super::replication::{quote_ident, quote_literal};
-use super::values::parse_value;
+use super::values::{parse_value, ValueKind};
 use crate::{ChangeBatch, SourceError};
 
 /// The session settings pgoutput's walsender uses ([`super::replication::SESSION_OPTIONS`]).
 pub const SESSION_SETTINGS: &str = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 3; SET bytea_output = 'hex'; SET client_encoding = 'UTF8'";
+
+/// How often the snapshot logs its progress when no reporter is attached.
+const LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// What the snapshot needs.
 pub struct SnapshotParams {
@@ -58,16 +95,125 @@ pub struct SnapshotParams {
     pub consistent_point: Lsn,
 }
 
+/// Progress of the (current or last) snapshot, shared between the readers and whoever
+/// reports it. All counters are cumulative for one snapshot; a new snapshot resets them.
+#[derive(Debug, Default)]
+pub struct SnapshotProgress {
+    running: AtomicBool,
+    reporter: AtomicBool,
+    rows: AtomicU64,
+    estimated_rows: AtomicU64,
+    tables: AtomicU64,
+    tables_done: AtomicU64,
+    times: Mutex<(Option<Instant>, Option<Instant>)>,
+}
+
+/// A consistent-enough reading of [`SnapshotProgress`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ProgressView {
+    /// A snapshot is running now.
+    pub running: bool,
+    /// A snapshot ran (or runs) in this process.
+    pub started: bool,
+    pub rows: u64,
+    /// Sum of `pg_class.reltuples` of the tables (0 when the server has no statistics).
+    pub estimated_rows: u64,
+    pub tables: u64,
+    pub tables_done: u64,
+    pub elapsed: Duration,
+}
+
+impl ProgressView {
+    pub fn rows_per_sec(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.rows as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    /// Time left at the average rate so far; `None` without an estimate or a rate, or
+    /// once more rows than estimated were read (the estimate was low: unknown).
+    pub fn eta(&self) -> Option<Duration> {
+        let rate = self.rows_per_sec();
+        if !self.running || self.rows >= self.estimated_rows || rate <= 0.0 {
+            return None;
+        }
+        let left = self.estimated_rows.saturating_sub(self.rows) as f64;
+        Some(Duration::from_secs_f64(left / rate))
+    }
+
+    /// Rows read as a fraction of the estimate (capped at 1), when there is one.
+    pub fn fraction(&self) -> Option<f64> {
+        (self.estimated_rows > 0).then(|| (self.rows as f64 / self.estimated_rows as f64).min(1.0))
+    }
+}
+
+impl SnapshotProgress {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Someone renders this progress: the snapshot then does not log it periodically.
+    pub fn attach_reporter(&self) {
+        self.reporter.store(true, Ordering::Relaxed);
+    }
+
+    pub fn view(&self) -> ProgressView {
+        let (start, end) = *self.times.lock().unwrap_or_else(|e| e.into_inner());
+        let elapsed = match (start, end) {
+            (Some(s), Some(e)) => e.duration_since(s),
+            (Some(s), None) => s.elapsed(),
+            _ => Duration::ZERO,
+        };
+        ProgressView {
+            running: self.running.load(Ordering::Relaxed),
+            started: start.is_some(),
+            rows: self.rows.load(Ordering::Relaxed),
+            estimated_rows: self.estimated_rows.load(Ordering::Relaxed),
+            tables: self.tables.load(Ordering::Relaxed),
+            tables_done: self.tables_done.load(Ordering::Relaxed),
+            elapsed,
+        }
+    }
+
+    fn begin(&self, tables: u64, estimated_rows: u64) {
+        *self.times.lock().unwrap_or_else(|e| e.into_inner()) = (Some(Instant::now()), None);
+        self.rows.store(0, Ordering::Relaxed);
+        self.tables_done.store(0, Ordering::Relaxed);
+        self.tables.store(tables, Ordering::Relaxed);
+        self.estimated_rows.store(estimated_rows, Ordering::Relaxed);
+        self.running.store(true, Ordering::Relaxed);
+    }
+
+    fn end(&self) {
+        self.times.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(Instant::now());
+        self.running.store(false, Ordering::Relaxed);
+    }
+}
+
+tokio::task_local! {
+    static PROGRESS: Arc<SnapshotProgress>;
+}
+
+/// Runs `f` (a source) with `progress` as the progress of any snapshot it takes.
+pub async fn with_progress<F: Future>(progress: Arc<SnapshotProgress>, f: F) -> F::Output {
+    PROGRESS.scope(progress, f).await
+}
+
 struct Chunk {
     table: Arc<SnapTable>,
-    index: usize,
-    last: bool,
     lo: u64,
     hi: Option<u64>,
 }
 
 struct SnapTable {
+    /// Position in the snapshot's table list (the sequencer's index).
+    index: usize,
     rel: Arc<RelationInfo>,
+    /// Read in binary format with these decoders; `None`: text format.
+    binary: Option<Vec<BinKind>>,
     select_list: String,
     qualified: String,
 }
@@ -149,7 +295,11 @@ pub async fn describe_table(
             resolver.insert(t);
         }
     }
-    Ok(cache.apply_relation(&rel))
+    // The same key and nullability as the streamed Relation gets (source.rs).
+    let cat = load_table_catalog(client, oid)
+        .await
+        .map_err(|e| pg_err("reading the table's primary key", e))?;
+    Ok(cache.apply_relation_with(&rel, cat.as_ref()))
 }
 
 /// Undoes COPY text escaping of one field.
@@ -157,11 +307,19 @@ pub fn unescape_copy(field: &[u8], out: &mut Vec<u8>) {
     out.clear();
     let mut i = 0;
     while i < field.len() {
-        let b = field[i];
-        if b != b'\\' || i + 1 == field.len() {
-            out.push(b);
-            i += 1;
-            continue;
+        // Copy the run up to the next backslash in one go.
+        let run = field[i..]
+            .iter()
+            .position(|b| *b == b'\\')
+            .unwrap_or(field.len() - i);
+        out.extend_from_slice(&field[i..i + run]);
+        i += run;
+        if i >= field.len() {
+            break;
+        }
+        if i + 1 == field.len() {
+            out.push(b'\\');
+            break;
         }
         let c = field[i + 1];
         i += 2;
@@ -200,22 +358,451 @@ pub fn unescape_copy(field: &[u8], out: &mut Vec<u8>) {
 /// Parses one COPY text line into a row of `rel`.
 pub fn parse_copy_line(rel: &RelationInfo, line: &[u8], buf: &mut Vec<u8>) -> Result<Row, String> {
     let mut values = Vec::with_capacity(rel.columns.len());
-    let mut fields = line.split(|b| *b == b'\t');
-    for c in &rel.columns {
-        let f = fields.next().ok_or_else(|| {
-            format!(
-                "COPY line has fewer fields than {} columns",
-                rel.columns.len()
-            )
-        })?;
+    let mut rest = line;
+    for (i, c) in rel.columns.iter().enumerate() {
+        if i > 0 {
+            if rest.is_empty() {
+                return Err(format!(
+                    "COPY line has fewer fields than {} columns",
+                    rel.columns.len()
+                ));
+            }
+            rest = &rest[1..];
+        }
+        let end = rest.iter().position(|b| *b == b'\t').unwrap_or(rest.len());
+        let f = &rest[..end];
+        rest = &rest[end..];
         if f == b"\\N" {
             values.push(Value::Null);
             continue;
         }
-        unescape_copy(f, buf);
-        values.push(parse_value(&c.kind, buf).map_err(|e| format!("column {}: {e}", c.name))?);
+        // Most fields have nothing escaped: parse them in place.
+        let text = if f.contains(&b'\\') {
+            unescape_copy(f, buf);
+            buf.as_slice()
+        } else {
+            f
+        };
+        values.push(parse_value(&c.kind, text).map_err(|e| format!("column {}: {e}", c.name))?);
     }
     Ok(Row::new(values))
+}
+
+/// How a column is read from `COPY … (FORMAT binary)`: the built-in scalar types whose
+/// binary form is simple and whose [`Value`] it gives is exactly what the text parser
+/// gives for the text form (`tests/tests/pg_snapshot_copy.rs` compares both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinKind {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float4,
+    Float8,
+    Numeric,
+    /// text, varchar, bpchar, name: the bytes (client_encoding UTF8).
+    Text,
+    Bytea,
+    Date,
+    Time,
+    TimeTz,
+    Timestamp,
+    TimestampTz,
+    Interval,
+    Uuid,
+    Json,
+    /// A version byte (1), then the text.
+    Jsonb,
+    Bits,
+}
+
+/// The binary decoders for `rel`'s columns when every column has one; `None` otherwise
+/// (the table is then read in text format: arrays, enums, domains, composites, network
+/// and other text-like types).
+pub fn binary_plan(rel: &RelationInfo) -> Option<Vec<BinKind>> {
+    use BinKind as B;
+    use ValueKind as K;
+    rel.columns
+        .iter()
+        .map(|c| {
+            let (b, k) = match c.type_oid {
+                16 => (B::Bool, K::Bool),
+                17 => (B::Bytea, K::Bytea),
+                19 | 25 | 1042 | 1043 => (B::Text, K::Text),
+                20 => (B::Int8, K::Int64),
+                21 => (B::Int2, K::Int16),
+                23 => (B::Int4, K::Int32),
+                114 => (B::Json, K::Json),
+                700 => (B::Float4, K::Float32),
+                701 => (B::Float8, K::Float64),
+                1082 => (B::Date, K::Date),
+                1083 => (B::Time, K::Time),
+                1114 => (B::Timestamp, K::Timestamp),
+                1184 => (B::TimestampTz, K::TimestampTz),
+                1186 => (B::Interval, K::Interval),
+                1266 => (B::TimeTz, K::TimeTz),
+                1560 | 1562 => (B::Bits, K::Bits),
+                1700 => (B::Numeric, K::Numeric),
+                2950 => (B::Uuid, K::Uuid),
+                3802 => (B::Jsonb, K::Json),
+                _ => return None,
+            };
+            (c.kind == k).then_some(b)
+        })
+        .collect()
+}
+
+/// Days from 1970-01-01 to 2000-01-01 (Postgres' epoch).
+const PG_EPOCH_DAYS: i32 = 10_957;
+/// Microseconds from 1970-01-01 to 2000-01-01.
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+fn be<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], String> {
+    b.get(at..at + N)
+        .and_then(|s| s.try_into().ok())
+        .ok_or_else(|| format!("binary value of {} bytes is too short", b.len()))
+}
+
+/// Postgres' binary `numeric` (base-10000 digits) as a [`Decimal`] with the value's
+/// display scale, as the text form `numeric_out` prints would parse.
+fn decode_numeric(b: &[u8]) -> Result<Decimal, String> {
+    let ndigits = u16::from_be_bytes(be(b, 0)?) as usize;
+    let weight = i16::from_be_bytes(be(b, 2)?) as i64;
+    let sign = u16::from_be_bytes(be(b, 4)?);
+    let dscale = u16::from_be_bytes(be(b, 6)?) as i64;
+    match sign {
+        0x0000 | 0x4000 => {}
+        0xC000 => return Ok(Decimal::NaN),
+        0xD000 => return Ok(Decimal::PosInfinity),
+        0xF000 => return Ok(Decimal::NegInfinity),
+        s => return Err(format!("numeric with sign word {s:#x}")),
+    }
+    if b.len() != 8 + 2 * ndigits {
+        return Err("numeric length does not match its digit count".into());
+    }
+    let digits = (0..ndigits).map(|i| u16::from_be_bytes([b[8 + 2 * i], b[9 + 2 * i]]));
+    // value = N × 10^e with N the digits as one integer, so unscaled = N × 10^(e + dscale).
+    let shift = 4 * (weight - ndigits as i64 + 1) + dscale;
+    // Fast path: everything in an i128.
+    let fast = (|| -> Option<i128> {
+        let mut n: i128 = 0;
+        for d in digits.clone() {
+            n = n.checked_mul(10_000)?.checked_add(d as i128)?;
+        }
+        if shift >= 0 {
+            n.checked_mul(10i128.checked_pow(u32::try_from(shift).ok()?)?)
+        } else {
+            let p = 10i128.checked_pow(u32::try_from(-shift).ok()?)?;
+            (n % p == 0).then_some(n / p)
+        }
+    })();
+    let scale = u32::try_from(dscale).map_err(|e| e.to_string())?;
+    if let Some(n) = fast {
+        let n = if sign == 0x4000 { -n } else { n };
+        return Ok(Decimal::from_twos_complement_be(&n.to_be_bytes(), scale));
+    }
+    // Large values: the decimal digits as text (what numeric_out prints).
+    let mut s = String::with_capacity(4 * ndigits + 8);
+    for d in digits {
+        s.push_str(&format!("{d:04}"));
+    }
+    if shift >= 0 {
+        s.extend(std::iter::repeat_n('0', shift as usize));
+    } else {
+        let cut = (-shift) as usize;
+        if cut > s.len() || s[s.len() - cut..].bytes().any(|c| c != b'0') {
+            // Digits past the display scale: not a value numeric_send produces.
+            return Err("numeric digits beyond its display scale".into());
+        }
+        s.truncate(s.len() - cut);
+    }
+    let s = s.trim_start_matches('0');
+    let mut text = String::with_capacity(s.len() + 3);
+    if sign == 0x4000 {
+        text.push('-');
+    }
+    let scale = scale as usize;
+    if s.len() > scale {
+        text.push_str(&s[..s.len() - scale]);
+    } else {
+        text.push('0');
+    }
+    if scale > 0 {
+        text.push('.');
+        text.extend(std::iter::repeat_n('0', scale.saturating_sub(s.len())));
+        text.push_str(&s[s.len().saturating_sub(scale)..]);
+    }
+    text.parse::<Decimal>().map_err(|e| e.to_string())
+}
+
+fn utf8(b: &[u8]) -> Result<String, String> {
+    String::from_utf8(b.to_vec()).map_err(|e| format!("text is not UTF-8: {e}"))
+}
+
+/// Decodes one non-NULL binary field.
+pub fn decode_binary(kind: BinKind, b: &[u8]) -> Result<Value, String> {
+    let exact = |n: usize| {
+        if b.len() == n {
+            Ok(())
+        } else {
+            Err(format!(
+                "{kind:?} value of {} bytes (expected {n})",
+                b.len()
+            ))
+        }
+    };
+    Ok(match kind {
+        BinKind::Bool => {
+            exact(1)?;
+            Value::Bool(b[0] != 0)
+        }
+        BinKind::Int2 => {
+            exact(2)?;
+            Value::Int16(i16::from_be_bytes(be(b, 0)?))
+        }
+        BinKind::Int4 => {
+            exact(4)?;
+            Value::Int32(i32::from_be_bytes(be(b, 0)?))
+        }
+        BinKind::Int8 => {
+            exact(8)?;
+            Value::Int64(i64::from_be_bytes(be(b, 0)?))
+        }
+        BinKind::Float4 => {
+            exact(4)?;
+            let f = f32::from_be_bytes(be(b, 0)?);
+            Value::Float32(if f.is_nan() { f32::NAN } else { f })
+        }
+        BinKind::Float8 => {
+            exact(8)?;
+            let f = f64::from_be_bytes(be(b, 0)?);
+            Value::Float64(if f.is_nan() { f64::NAN } else { f })
+        }
+        BinKind::Numeric => Value::Decimal(decode_numeric(b)?),
+        BinKind::Text => Value::Text(utf8(b)?),
+        BinKind::Json => Value::Json(utf8(b)?),
+        BinKind::Jsonb => match b.split_first() {
+            Some((1, text)) => Value::Json(utf8(text)?),
+            _ => return Err("jsonb of an unknown binary version".into()),
+        },
+        BinKind::Bytea => Value::Bytes(b.to_vec()),
+        BinKind::Date => {
+            exact(4)?;
+            Value::Date(match i32::from_be_bytes(be(b, 0)?) {
+                i32::MAX => Value::DATE_POS_INFINITY,
+                i32::MIN => Value::DATE_NEG_INFINITY,
+                d => d.checked_add(PG_EPOCH_DAYS).ok_or("date out of range")?,
+            })
+        }
+        BinKind::Time => {
+            exact(8)?;
+            Value::Time(i64::from_be_bytes(be(b, 0)?))
+        }
+        BinKind::TimeTz => {
+            exact(12)?;
+            Value::TimeTz {
+                micros: i64::from_be_bytes(be(b, 0)?),
+                // Postgres stores the zone as seconds west of UTC.
+                offset_seconds: -i32::from_be_bytes(be(b, 8)?),
+            }
+        }
+        BinKind::Timestamp | BinKind::TimestampTz => {
+            exact(8)?;
+            let t = match i64::from_be_bytes(be(b, 0)?) {
+                i64::MAX => Value::TIMESTAMP_POS_INFINITY,
+                i64::MIN => Value::TIMESTAMP_NEG_INFINITY,
+                t => t
+                    .checked_add(PG_EPOCH_MICROS)
+                    .ok_or("timestamp out of range")?,
+            };
+            if kind == BinKind::Timestamp {
+                Value::Timestamp(t)
+            } else {
+                Value::TimestampTz(t)
+            }
+        }
+        BinKind::Interval => {
+            exact(16)?;
+            Value::Interval {
+                micros: i64::from_be_bytes(be(b, 0)?),
+                days: i32::from_be_bytes(be(b, 8)?),
+                months: i32::from_be_bytes(be(b, 12)?),
+            }
+        }
+        BinKind::Uuid => {
+            exact(16)?;
+            Value::Uuid(be(b, 0)?)
+        }
+        BinKind::Bits => {
+            let len = i32::from_be_bytes(be(b, 0)?);
+            let len = u32::try_from(len).map_err(|_| "negative bit length")?;
+            let bytes = &b[4..];
+            if bytes.len() != (len as usize).div_ceil(8) {
+                return Err("bit string length does not match its bytes".into());
+            }
+            Value::Bits {
+                len,
+                bytes: bytes.to_vec(),
+            }
+        }
+    })
+}
+
+/// The binary COPY signature and the fixed part of its header.
+const BINARY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+
+/// Turns the CopyData messages of one `COPY … TO STDOUT` into rows, in either format.
+/// Rows may span messages (the server sends one message per row, but the protocol does
+/// not promise it): an incomplete tail is kept until the next message.
+pub struct CopyDecoder {
+    /// `None`: text format.
+    binary: Option<Vec<BinKind>>,
+    header_done: bool,
+    trailer_seen: bool,
+    partial: Vec<u8>,
+    unescaped: Vec<u8>,
+}
+
+impl CopyDecoder {
+    pub fn text() -> Self {
+        Self::new(None)
+    }
+
+    pub fn binary(plan: Vec<BinKind>) -> Self {
+        Self::new(Some(plan))
+    }
+
+    fn new(binary: Option<Vec<BinKind>>) -> Self {
+        CopyDecoder {
+            binary,
+            header_done: false,
+            trailer_seen: false,
+            partial: Vec::new(),
+            unescaped: Vec::new(),
+        }
+    }
+
+    pub fn is_binary(&self) -> bool {
+        self.binary.is_some()
+    }
+
+    /// Decodes the complete rows in `data` (after what earlier messages left over).
+    pub fn feed(
+        &mut self,
+        rel: &RelationInfo,
+        data: &[u8],
+        row: &mut dyn FnMut(Row) -> Result<(), String>,
+    ) -> Result<(), String> {
+        if self.partial.is_empty() {
+            let used = self.rows(rel, data, row)?;
+            self.partial.extend_from_slice(&data[used..]);
+        } else {
+            let mut buf = std::mem::take(&mut self.partial);
+            buf.extend_from_slice(data);
+            let used = self.rows(rel, &buf, row)?;
+            buf.drain(..used);
+            self.partial = buf;
+        }
+        Ok(())
+    }
+
+    /// The end of the data: anything left over is a truncated row.
+    pub fn finish(
+        &mut self,
+        rel: &RelationInfo,
+        row: &mut dyn FnMut(Row) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let rest = std::mem::take(&mut self.partial);
+        match &self.binary {
+            None if !rest.is_empty() => row(parse_copy_line(rel, &rest, &mut self.unescaped)?),
+            Some(_) if !rest.is_empty() || !self.trailer_seen => {
+                Err("the binary COPY data ended inside a row".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Decodes the complete rows at the start of `buf`; returns the bytes used.
+    fn rows(
+        &mut self,
+        rel: &RelationInfo,
+        buf: &[u8],
+        row: &mut dyn FnMut(Row) -> Result<(), String>,
+    ) -> Result<usize, String> {
+        let Some(plan) = &self.binary else {
+            let mut used = 0;
+            while let Some(nl) = buf[used..].iter().position(|b| *b == b'\n') {
+                row(parse_copy_line(
+                    rel,
+                    &buf[used..used + nl],
+                    &mut self.unescaped,
+                )?)?;
+                used += nl + 1;
+            }
+            return Ok(used);
+        };
+        let mut pos = 0;
+        if !self.header_done {
+            // Signature, flags (i32), header extension length (i32), extension.
+            if buf.len() < BINARY_SIGNATURE.len() + 8 {
+                return Ok(0);
+            }
+            if !buf.starts_with(BINARY_SIGNATURE) {
+                return Err("not a binary COPY stream".into());
+            }
+            let ext = u32::from_be_bytes(be(buf, BINARY_SIGNATURE.len() + 4)?) as usize;
+            let start = BINARY_SIGNATURE.len() + 8 + ext;
+            if buf.len() < start {
+                return Ok(0);
+            }
+            pos = start;
+            self.header_done = true;
+        }
+        let mut values = Vec::new();
+        while !self.trailer_seen && buf.len() >= pos + 2 {
+            let fields = i16::from_be_bytes([buf[pos], buf[pos + 1]]);
+            if fields == -1 {
+                self.trailer_seen = true;
+                pos += 2;
+                break;
+            }
+            if fields as usize != plan.len() {
+                return Err(format!(
+                    "binary COPY row has {fields} fields, the table {} columns",
+                    plan.len()
+                ));
+            }
+            let mut p = pos + 2;
+            values.reserve_exact(plan.len());
+            let mut complete = true;
+            for (kind, c) in plan.iter().zip(&rel.columns) {
+                let Some(len) = buf.get(p..p + 4) else {
+                    complete = false;
+                    break;
+                };
+                let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+                p += 4;
+                if len < 0 {
+                    values.push(Value::Null);
+                    continue;
+                }
+                let Some(field) = buf.get(p..p + len as usize) else {
+                    complete = false;
+                    break;
+                };
+                p += len as usize;
+                values.push(
+                    decode_binary(*kind, field).map_err(|e| format!("column {}: {e}", c.name))?,
+                );
+            }
+            if !complete {
+                break;
+            }
+            row(Row::new(std::mem::take(&mut values)))?;
+            pos = p;
+        }
+        Ok(pos)
+    }
 }
 
 /// Runs the snapshot; returns the number of rows read. Batches carry no commit position:
@@ -224,6 +811,9 @@ pub async fn run_snapshot(
     p: SnapshotParams,
     out: mpsc::Sender<ChangeBatch>,
 ) -> Result<u64, SourceError> {
+    let progress = PROGRESS
+        .try_with(|p| p.clone())
+        .unwrap_or_else(|_| SnapshotProgress::new());
     let started = Instant::now();
     let n = p.connections.max(1);
     let mut clients = Vec::with_capacity(n);
@@ -242,9 +832,10 @@ pub async fn run_snapshot(
     // Describe tables and plan chunks (on the first reader, inside the snapshot).
     let resolver = Arc::new(StaticTypeResolver::new());
     let mut cache = RelationCache::with_resolver(resolver.clone());
-    let mut queue = VecDeque::new();
+    let mut queue = std::collections::VecDeque::new();
+    let mut chunks_per_table = Vec::with_capacity(p.tables.len());
     let mut estimate: f64 = 0.0;
-    for t in &p.tables {
+    for (index, t) in p.tables.iter().enumerate() {
         let rel = describe_table(&clients[0], &mut cache, &resolver, t).await?;
         let row = clients[0]
             .query_one(
@@ -262,7 +853,10 @@ pub async fn run_snapshot(
             .map(|c| quote_ident(&c.name))
             .collect::<Vec<_>>()
             .join(", ");
+        let binary = binary_plan(&rel);
         let table = Arc::new(SnapTable {
+            index,
+            binary,
             rel,
             select_list,
             qualified: format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.name)),
@@ -270,17 +864,23 @@ pub async fn run_snapshot(
         let step = p.chunk_pages.max(1);
         let pages = pages.max(0) as u64;
         let chunks = pages.div_ceil(step).max(1);
+        chunks_per_table.push(chunks as usize);
+        tracing::debug!(
+            table = %t,
+            chunks,
+            copy_format = if table.binary.is_some() { "binary" } else { "text" },
+            "snapshot plan"
+        );
         for i in 0..chunks {
             let last = i + 1 == chunks;
             queue.push_back(Chunk {
                 table: table.clone(),
-                index: i as usize,
-                last,
                 lo: i * step,
                 hi: if last { None } else { Some((i + 1) * step) },
             });
         }
     }
+    progress.begin(p.tables.len() as u64, estimate as u64);
     tracing::info!(
         tables = p.tables.len(),
         chunks = queue.len(),
@@ -289,37 +889,28 @@ pub async fn run_snapshot(
         consistent_point = %p.consistent_point,
         "snapshot started"
     );
+    let seq = Arc::new(Sequencer::new(
+        out,
+        p.tables.clone(),
+        chunks_per_table,
+        progress.clone(),
+    ));
     let queue = Arc::new(Mutex::new(queue));
-    let rows = Arc::new(AtomicU64::new(0));
-    let progress = {
-        let rows = rows.clone();
+    let logger = (!progress.reporter.load(Ordering::Relaxed)).then(|| {
+        let progress = progress.clone();
         tokio::spawn(async move {
-            let mut t = tokio::time::interval(Duration::from_secs(5));
+            let mut t = tokio::time::interval(LOG_EVERY);
             t.tick().await;
             loop {
                 t.tick().await;
-                let r = rows.load(Ordering::Relaxed);
-                let secs = started.elapsed().as_secs_f64().max(0.001);
-                let rate = r as f64 / secs;
-                let eta = if rate > 0.0 && estimate > r as f64 {
-                    ((estimate - r as f64) / rate) as u64
-                } else {
-                    0
-                };
-                tracing::info!(
-                    rows = r,
-                    rows_per_sec = rate as u64,
-                    eta_secs = eta,
-                    "snapshot in progress"
-                );
+                log_progress(&progress.view());
             }
         })
-    };
+    });
     let mut workers = tokio::task::JoinSet::new();
     for client in clients {
         let queue = queue.clone();
-        let out = out.clone();
-        let rows = rows.clone();
+        let seq = seq.clone();
         let cp = p.consistent_point;
         let batch_events = p.batch_events.max(1);
         workers.spawn(async move {
@@ -328,7 +919,8 @@ pub async fn run_snapshot(
                 else {
                     break;
                 };
-                read_chunk(&client, &chunk, cp, batch_events, &out, &rows).await?;
+                read_chunk(&client, &chunk, cp, batch_events, &seq).await?;
+                seq.chunk_done(chunk.table.index).await?;
             }
             client
                 .batch_execute("COMMIT")
@@ -353,15 +945,177 @@ pub async fn run_snapshot(
             workers.abort_all();
         }
     }
-    progress.abort();
+    if let Some(l) = logger {
+        l.abort();
+    }
+    if result.is_ok() {
+        result = seq.finish().await;
+    }
+    progress.end();
     result?;
-    let total = rows.load(Ordering::Relaxed);
+    let view = progress.view();
     tracing::info!(
-        rows = total,
+        rows = view.rows,
+        tables = view.tables,
         secs = started.elapsed().as_secs_f64(),
+        rows_per_sec = view.rows_per_sec() as u64,
         "snapshot read every table"
     );
-    Ok(total)
+    Ok(view.rows)
+}
+
+/// The periodic progress line.
+pub fn log_progress(v: &ProgressView) {
+    tracing::info!(
+        rows = v.rows,
+        rows_per_sec = v.rows_per_sec() as u64,
+        estimated_rows = v.estimated_rows,
+        eta_secs = v.eta().map(|d| d.as_secs()),
+        tables_done = v.tables_done,
+        tables = v.tables,
+        "snapshot in progress"
+    );
+}
+
+/// Per table: what the sequencer knows.
+struct TableSeq {
+    id: TableId,
+    chunks_left: usize,
+    seen: bool,
+    rows: u64,
+    /// The newest record read, not sent yet: it may be the table's last.
+    held: Option<ChangeEvent>,
+}
+
+struct SeqState {
+    first_sent: bool,
+    tables: Vec<TableSeq>,
+    /// The `last_in_data_collection` record of the table completed most recently, not
+    /// sent yet: it may be the snapshot's last.
+    tail: Option<ChangeEvent>,
+}
+
+/// The one way snapshot records reach the pipeline; assigns the markers (see the module
+/// documentation).
+struct Sequencer {
+    out: mpsc::Sender<ChangeBatch>,
+    state: tokio::sync::Mutex<SeqState>,
+    progress: Arc<SnapshotProgress>,
+}
+
+impl Sequencer {
+    fn new(
+        out: mpsc::Sender<ChangeBatch>,
+        tables: Vec<TableId>,
+        chunks: Vec<usize>,
+        progress: Arc<SnapshotProgress>,
+    ) -> Self {
+        Sequencer {
+            out,
+            state: tokio::sync::Mutex::new(SeqState {
+                first_sent: false,
+                tables: tables
+                    .into_iter()
+                    .zip(chunks)
+                    .map(|(id, chunks_left)| TableSeq {
+                        id,
+                        chunks_left,
+                        seen: false,
+                        rows: 0,
+                        held: None,
+                    })
+                    .collect(),
+                tail: None,
+            }),
+            progress,
+        }
+    }
+
+    /// Sends `events` (rows of table `table`, in read order), holding the newest back.
+    async fn emit(&self, table: usize, mut events: Vec<ChangeEvent>) -> Result<(), SourceError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let n = events.len();
+        let mut guard = self.state.lock().await;
+        let st = &mut *guard;
+        let t = &mut st.tables[table];
+        if !t.seen {
+            // Everything of this table goes through here in order: the first one received
+            // is the first one sent.
+            t.seen = true;
+            events[0].snapshot = SnapshotMarker::FirstInDataCollection;
+        }
+        t.rows += n as u64;
+        let newest = events.pop();
+        let mut batch = Vec::with_capacity(n + 1);
+        batch.extend(st.tail.take());
+        batch.extend(std::mem::replace(&mut t.held, newest));
+        batch.append(&mut events);
+        self.progress.rows.fetch_add(n as u64, Ordering::Relaxed);
+        self.send(st, batch).await
+    }
+
+    /// One chunk of `table` is read completely.
+    async fn chunk_done(&self, table: usize) -> Result<(), SourceError> {
+        let mut guard = self.state.lock().await;
+        let st = &mut *guard;
+        let t = &mut st.tables[table];
+        t.chunks_left = t.chunks_left.saturating_sub(1);
+        if t.chunks_left > 0 {
+            return Ok(());
+        }
+        let last = t.held.take();
+        tracing::info!(table = %t.id, rows = t.rows, "table snapshot read");
+        self.progress.tables_done.fetch_add(1, Ordering::Relaxed);
+        let Some(mut last) = last else {
+            return Ok(());
+        };
+        last.snapshot = SnapshotMarker::LastInDataCollection;
+        match st.tail.replace(last) {
+            Some(previous) => self.send(st, vec![previous]).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Every table is read: the held record is the snapshot's last.
+    async fn finish(&self) -> Result<(), SourceError> {
+        let mut guard = self.state.lock().await;
+        let st = &mut *guard;
+        match st.tail.take() {
+            Some(mut last) => {
+                last.snapshot = SnapshotMarker::Last;
+                self.send(st, vec![last]).await
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn send(
+        &self,
+        st: &mut SeqState,
+        mut events: Vec<ChangeEvent>,
+    ) -> Result<(), SourceError> {
+        let Some(first) = events.first_mut() else {
+            return Ok(());
+        };
+        if !st.first_sent {
+            st.first_sent = true;
+            if first.snapshot != SnapshotMarker::Last {
+                first.snapshot = SnapshotMarker::First;
+            }
+        }
+        self.out
+            .send(ChangeBatch {
+                events,
+                commit: None,
+            })
+            .await
+            .map_err(|_| SourceError::Transient {
+                what: "snapshot".into(),
+                detail: "the pipeline stopped".into(),
+            })
+    }
 }
 
 async fn read_chunk(
@@ -369,8 +1123,7 @@ async fn read_chunk(
     chunk: &Chunk,
     cp: Lsn,
     batch_events: usize,
-    out: &mpsc::Sender<ChangeBatch>,
-    rows: &AtomicU64,
+    seq: &Sequencer,
 ) -> Result<(), SourceError> {
     let t = &chunk.table;
     let mut sql = format!(
@@ -381,6 +1134,13 @@ async fn read_chunk(
         sql.push_str(&format!(" AND ctid < '({hi},0)'::tid"));
     }
     sql.push_str(") TO STDOUT");
+    let mut decoder = match &t.binary {
+        Some(plan) => {
+            sql.push_str(" (FORMAT binary)");
+            CopyDecoder::binary(plan.clone())
+        }
+        None => CopyDecoder::text(),
+    };
     let stream = client
         .copy_out(sql.as_str())
         .await
@@ -393,77 +1153,32 @@ async fn read_chunk(
         xmin: None,
     });
     let ts = now_ms();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut buf = Vec::new();
-    let mut events: Vec<ChangeEvent> = Vec::with_capacity(batch_events);
-    let mut first = chunk.index == 0;
     let schema = &t.rel.schema;
-    let mut emit = |line: &[u8], events: &mut Vec<ChangeEvent>| -> Result<(), SourceError> {
-        let row = parse_copy_line(&t.rel, line, &mut buf).map_err(|e| SourceError::Definite {
-            what: format!("snapshot of {}", schema.id),
-            detail: e,
-            fix: "report this as a bug, with the column's type".into(),
-        })?;
-        let mut ev = ChangeEvent::read(schema.clone(), row, pos.clone(), ts).map_err(|e| {
-            SourceError::Definite {
-                what: "snapshot".into(),
-                detail: e.to_string(),
-                fix: "report this as a bug".into(),
-            }
-        })?;
-        if first {
-            ev.snapshot = SnapshotMarker::FirstInDataCollection;
-            first = false;
-        }
-        events.push(ev);
+    let mut events: Vec<ChangeEvent> = Vec::with_capacity(batch_events);
+    let push = |events: &mut Vec<ChangeEvent>, row: Row| -> Result<(), String> {
+        let ev = ChangeEvent::read(schema.clone(), row, pos.clone(), ts);
+        events.push(ev.map_err(|e| e.to_string())?);
         Ok(())
+    };
+    let bad = |e: String| SourceError::Definite {
+        what: format!("snapshot of {}", schema.id),
+        detail: e,
+        fix: "report this as a bug, with the column's type".into(),
     };
     while let Some(data) = stream.next().await {
         let data = data.map_err(|e| pg_err("reading a snapshot chunk", e))?;
-        pending.extend_from_slice(&data);
-        let mut start = 0;
-        while let Some(nl) = pending[start..].iter().position(|b| *b == b'\n') {
-            emit(&pending[start..start + nl], &mut events)?;
-            start += nl + 1;
-            if events.len() >= batch_events {
-                rows.fetch_add(events.len() as u64, Ordering::Relaxed);
-                let batch = ChangeBatch {
-                    events: std::mem::replace(&mut events, Vec::with_capacity(batch_events)),
-                    commit: None,
-                };
-                send(out, batch).await?;
-            }
-        }
-        pending.drain(..start);
-    }
-    if !pending.is_empty() {
-        let line = std::mem::take(&mut pending);
-        emit(&line, &mut events)?;
-    }
-    if chunk.last {
-        if let Some(last) = events.last_mut() {
-            last.snapshot = SnapshotMarker::LastInDataCollection;
+        decoder
+            .feed(&t.rel, &data, &mut |row| push(&mut events, row))
+            .map_err(bad)?;
+        if events.len() >= batch_events {
+            let full = std::mem::replace(&mut events, Vec::with_capacity(batch_events));
+            seq.emit(t.index, full).await?;
         }
     }
-    if !events.is_empty() {
-        rows.fetch_add(events.len() as u64, Ordering::Relaxed);
-        send(
-            out,
-            ChangeBatch {
-                events,
-                commit: None,
-            },
-        )
-        .await?;
-    }
-    Ok(())
-}
-
-async fn send(out: &mpsc::Sender<ChangeBatch>, b: ChangeBatch) -> Result<(), SourceError> {
-    out.send(b).await.map_err(|_| SourceError::Transient {
-        what: "snapshot".into(),
-        detail: "the pipeline stopped".into(),
-    })
+    decoder
+        .finish(&t.rel, &mut |row| push(&mut events, row))
+        .map_err(bad)?;
+    seq.emit(t.index, events).await
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -484,5 +1199,165 @@ mod tests {
         assert_eq!(out, b"a\tb\nc\\dAA");
         unescape_copy(b"plain", &mut out);
         assert_eq!(out, b"plain");
+        unescape_copy(b"end\\", &mut out);
+        assert_eq!(out, b"end\\");
+        unescape_copy(b"\\\\", &mut out);
+        assert_eq!(out, b"\\");
+    }
+
+    fn table() -> Arc<cdc_schemas::TableSchema> {
+        use cdc_schemas::{Column, ColumnType};
+        Arc::new(
+            cdc_schemas::TableSchema::new(
+                TableId::new("public", "t"),
+                vec![Column::new("id", ColumnType::Int32, "int4").not_null()],
+                &["id"],
+            )
+            .unwrap(),
+        )
+    }
+
+    fn ev(t: &Arc<cdc_schemas::TableSchema>, id: i32) -> ChangeEvent {
+        ChangeEvent::read(
+            t.clone(),
+            Row::new(vec![Value::Int32(id)]),
+            SourcePosition::Postgres(PgPosition::default()),
+            0,
+        )
+        .unwrap()
+    }
+
+    fn id_of(e: &ChangeEvent) -> i32 {
+        match e.after.as_ref().unwrap().0[0] {
+            Value::Int32(i) => i,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Drives a sequencer through `script` and returns (table, id, marker) in send order.
+    async fn run_script(
+        chunks: Vec<usize>,
+        script: Vec<(usize, Option<Vec<i32>>)>,
+    ) -> Vec<(usize, i32, SnapshotMarker)> {
+        let t = table();
+        let (tx, mut rx) = mpsc::channel(1024);
+        let ids: Vec<TableId> = (0..chunks.len())
+            .map(|i| TableId::new("public", format!("t{i}")))
+            .collect();
+        let seq = Sequencer::new(tx, ids, chunks, SnapshotProgress::new());
+        for (table, rows) in script {
+            match rows {
+                Some(rows) => {
+                    let evs = rows
+                        .iter()
+                        .map(|i| ev(&t, *i + 1000 * table as i32))
+                        .collect();
+                    seq.emit(table, evs).await.unwrap();
+                }
+                None => seq.chunk_done(table).await.unwrap(),
+            }
+        }
+        seq.finish().await.unwrap();
+        drop(seq);
+        let mut out = Vec::new();
+        while let Some(b) = rx.recv().await {
+            assert!(!b.events.is_empty());
+            for e in b.events {
+                let id = id_of(&e);
+                out.push(((id / 1000) as usize, id % 1000, e.snapshot));
+            }
+        }
+        out
+    }
+
+    use SnapshotMarker as M;
+
+    #[tokio::test]
+    async fn markers_one_table_in_chunks() {
+        let got = run_script(
+            vec![2],
+            vec![
+                (0, Some(vec![1, 2])),
+                (0, Some(vec![3])),
+                (0, None),
+                (0, Some(vec![4, 5])),
+                (0, None),
+            ],
+        )
+        .await;
+        assert_eq!(
+            got,
+            vec![
+                (0, 1, M::First),
+                (0, 2, M::True),
+                (0, 3, M::True),
+                (0, 4, M::True),
+                (0, 5, M::Last)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn markers_interleaved_tables_and_edge_cases() {
+        // t0: two chunks interleaved with t1; t1: one row; t2: empty, completes last.
+        let got = run_script(
+            vec![2, 1, 1],
+            vec![
+                (1, Some(vec![1])),
+                (0, Some(vec![1])),
+                (0, Some(vec![2, 3])),
+                (1, None),
+                (0, None),
+                (0, Some(vec![4])),
+                (0, None),
+                (2, None),
+            ],
+        )
+        .await;
+        // Send order: t0's 1 goes out with t0's 2 (t1's only row is held); when t1 ends
+        // its row becomes the global tail; t0's 4 then pushes it out.
+        assert_eq!(
+            got,
+            vec![
+                (0, 1, M::First),
+                (0, 2, M::True),
+                (1, 1, M::LastInDataCollection),
+                (0, 3, M::True),
+                (0, 4, M::Last),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn markers_single_row_and_first_of_later_table() {
+        // One table with one row: Debezium's precedence makes it `last`.
+        assert_eq!(
+            run_script(vec![1], vec![(0, Some(vec![7])), (0, None)]).await,
+            vec![(0, 7, M::Last)]
+        );
+        // A one-row table completed first: its row is sent first, so `first` wins over
+        // `last_in_data_collection`; the second table starts with first_in_data_collection.
+        assert_eq!(
+            run_script(
+                vec![1, 1],
+                vec![
+                    (0, Some(vec![1])),
+                    (0, None),
+                    (1, Some(vec![1, 2, 3])),
+                    (1, None),
+                ]
+            )
+            .await,
+            vec![
+                (0, 1, M::First),
+                (1, 1, M::FirstInDataCollection),
+                (1, 2, M::True),
+                (1, 3, M::Last),
+            ]
+        );
+        // Nothing at all: no records.
+        assert!(run_script(vec![1, 1], vec![(0, None), (1, None)])
+            .await
+            .is_empty());
     }
 }
