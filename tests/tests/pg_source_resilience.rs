@@ -12,25 +12,10 @@ use std::time::{Duration, Instant};
 use cdc_harness::{PgOptions, PgServer};
 use pg_source_util::*;
 
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_restart_mid_stream_loses_nothing() {
     let pg: &'static PgServer = Box::leak(Box::new(PgServer::start(PgOptions::default()).unwrap()));
-    let db = setup_acct(pg, 100).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
-    c.start();
-    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
-        .await;
+    let (db, _dir, mut c) = running_acct(pg, 100, &["public.acct"]).await;
     let writer = {
         let db = db.clone();
         tokio::spawn(async move {
@@ -79,12 +64,7 @@ async fn large_transaction_and_subtransactions_with_bounded_memory() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200_000);
     let pg = PgServer::shared();
-    let db = setup_acct(pg, 10).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
-    c.start();
-    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
-        .await;
+    let (db, _dir, mut c) = running_acct(pg, 10, &["public.acct"]).await;
     let started = Instant::now();
     pg.execute(
         &db,

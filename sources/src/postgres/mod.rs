@@ -1,7 +1,8 @@
 //! The Postgres source: the connection layer shared by preflight checks and the snapshot
 //! and catalog queries ([`conn`]), the streaming-replication client ([`replication`],
 //! wire framing in [`protocol`]), the pgoutput decoder ([`pgoutput`]), the relation cache
-//! and type mapping ([`relation`]) and the text-format value parser ([`values`]).
+//! and type mapping ([`relation`]), the text-format value parser ([`values`]) and the
+//! on-disk spill of streamed transactions ([`spill`]).
 
 pub mod conn;
 pub mod pgoutput;
@@ -10,6 +11,7 @@ pub mod relation;
 pub mod replication;
 pub mod snapshot;
 pub mod source;
+pub mod spill;
 pub mod values;
 
 pub use conn::{PgConnectError, PgEndpoint};

@@ -475,7 +475,9 @@ pub struct RelationInfo {
     pub id: u32,
     pub replica_identity: ReplicaIdentity,
     pub columns: Vec<ColumnInfo>,
-    /// The connector's schema: key = the replica identity key columns.
+    /// The connector's schema: key = the primary key or the replica identity's columns
+    /// (see [`TableCatalog`]); key columns are not nullable, nor are NOT NULL columns of
+    /// tables whose old row images are complete (REPLICA IDENTITY FULL or NOTHING).
     pub schema: Arc<TableSchema>,
 }
 
@@ -498,6 +500,70 @@ pub enum TupleError {
     },
     #[error("table {table}, column {column}: binary column format was not requested")]
     Binary { table: String, column: String },
+}
+
+/// What the catalog adds to a Relation message: the primary key and NOT NULL columns.
+/// pgoutput describes only the replica identity, which is not what keys the records:
+/// as Debezium does, a table's record key is its primary key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableCatalog {
+    /// Primary-key column names (empty: no primary key).
+    pub primary_key: Vec<String>,
+    pub not_null: HashSet<String>,
+}
+
+/// The catalog query behind [`load_table_catalog`] (`$1` is the relation's OID).
+pub const TABLE_CATALOG_QUERY: &str = "
+SELECT a.attname::text, a.attnotnull, coalesce(a.attnum = ANY(i.indkey), false)
+FROM pg_attribute a
+LEFT JOIN pg_index i ON i.indrelid = a.attrelid AND i.indisprimary
+WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum";
+
+/// Reads the primary key and NOT NULL columns of relation `oid`; `None` when the
+/// relation no longer exists (dropped after the change was written).
+pub async fn load_table_catalog(
+    client: &tokio_postgres::Client,
+    oid: u32,
+) -> Result<Option<TableCatalog>, tokio_postgres::Error> {
+    let rows = client.query(TABLE_CATALOG_QUERY, &[&oid]).await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut cat = TableCatalog::default();
+    for r in rows {
+        let name: String = r.get(0);
+        if r.get::<_, bool>(2) {
+            cat.primary_key.push(name.clone());
+        }
+        if r.get::<_, bool>(1) {
+            cat.not_null.insert(name);
+        }
+    }
+    Ok(Some(cat))
+}
+
+/// The record key of a relation: the primary key when the replica identity carries it
+/// (so a key change is seen in the old tuple), else the replica identity's columns;
+/// none for REPLICA IDENTITY FULL without a primary key (Debezium's null key).
+fn record_key(r: &Relation, cat: Option<&TableCatalog>) -> Vec<usize> {
+    let identity: Vec<usize> = (0..r.columns.len())
+        .filter(|&i| r.columns[i].key || r.replica_identity == ReplicaIdentity::Full)
+        .collect();
+    if let Some(cat) = cat.filter(|c| !c.primary_key.is_empty()) {
+        let pk: Vec<usize> = (0..r.columns.len())
+            .filter(|&i| cat.primary_key.contains(&r.columns[i].name))
+            .collect();
+        let carried = r.replica_identity == ReplicaIdentity::Nothing
+            || pk.iter().all(|i| identity.contains(i));
+        if pk.len() == cat.primary_key.len() && carried {
+            return pk;
+        }
+    }
+    if r.replica_identity == ReplicaIdentity::Full {
+        return Vec::new();
+    }
+    identity
 }
 
 /// Relation id → cached relation; plus types from Type messages and a resolver.
@@ -560,17 +626,33 @@ impl RelationCache {
         v
     }
 
-    /// Applies a Relation message, replacing any earlier definition.
+    /// Applies a Relation message without catalog information: the record key is the
+    /// replica identity (see [`Self::apply_relation_with`]).
     pub fn apply_relation(&mut self, r: &Relation) -> Arc<RelationInfo> {
+        self.apply_relation_with(r, None)
+    }
+
+    /// Applies a Relation message, replacing any earlier definition; `cat` (from
+    /// [`load_table_catalog`]) gives the primary key and NOT NULL columns.
+    pub fn apply_relation_with(
+        &mut self,
+        r: &Relation,
+        cat: Option<&TableCatalog>,
+    ) -> Arc<RelationInfo> {
         let lookup = |oid| self.lookup(oid);
         let mut columns = Vec::with_capacity(r.columns.len());
         let mut schema_cols = Vec::with_capacity(r.columns.len());
-        let mut key = Vec::new();
+        let key = record_key(r, cat);
+        // A NOT NULL column is a required field only where every row image carries it:
+        // with REPLICA IDENTITY DEFAULT or INDEX the old image of an update or delete holds
+        // the identity's columns only, the others arrive as NULL.
+        let complete_old_image = matches!(
+            r.replica_identity,
+            ReplicaIdentity::Full | ReplicaIdentity::Nothing
+        );
+        let not_null = |name: &str| cat.is_some_and(|t| t.not_null.contains(name));
         for (i, c) in r.columns.iter().enumerate() {
             let m = map_type(c.type_oid, c.type_modifier, &lookup);
-            if c.key {
-                key.push(i);
-            }
             columns.push(ColumnInfo {
                 name: c.name.clone(),
                 type_oid: c.type_oid,
@@ -579,7 +661,11 @@ impl RelationCache {
                 kind: m.kind.clone(),
                 known_type: m.known,
             });
-            schema_cols.push(Column::new(c.name.clone(), m.ty, m.source_type));
+            let mut col = Column::new(c.name.clone(), m.ty, m.source_type);
+            if key.contains(&i) || (complete_old_image && not_null(&c.name)) {
+                col = col.not_null();
+            }
+            schema_cols.push(col);
         }
         let namespace = if r.namespace.is_empty() {
             "pg_catalog".to_string()
@@ -771,6 +857,74 @@ mod tests {
             ColumnType::Composite {
                 name: "pair".into()
             }
+        );
+    }
+
+    fn rel3(identity: ReplicaIdentity, flags: [bool; 3]) -> Relation {
+        Relation {
+            xid: None,
+            id: 9,
+            namespace: "public".into(),
+            name: "k".into(),
+            replica_identity: identity,
+            columns: ["id", "code", "v"]
+                .iter()
+                .zip(flags)
+                .map(|(n, key)| RelationColumn {
+                    key,
+                    name: (*n).into(),
+                    type_oid: 23,
+                    type_modifier: -1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn record_key_is_the_primary_key_when_the_identity_carries_it() {
+        let pk = TableCatalog {
+            primary_key: vec!["id".into()],
+            not_null: ["id".to_string(), "code".to_string()].into(),
+        };
+        let mut cache = RelationCache::new();
+        let key = |c: &mut RelationCache, r: Relation, cat: Option<&TableCatalog>| {
+            c.apply_relation_with(&r, cat).schema.key.clone()
+        };
+        // FULL: the primary key, not every column; none without a primary key.
+        let full = rel3(ReplicaIdentity::Full, [true, true, true]);
+        assert_eq!(key(&mut cache, full.clone(), Some(&pk)), vec![0]);
+        assert_eq!(key(&mut cache, full.clone(), None), Vec::<usize>::new());
+        assert_eq!(
+            key(&mut cache, full, Some(&TableCatalog::default())),
+            Vec::<usize>::new()
+        );
+        // DEFAULT: the primary key (= the identity).
+        let def = rel3(ReplicaIdentity::Default, [true, false, false]);
+        assert_eq!(key(&mut cache, def.clone(), Some(&pk)), vec![0]);
+        assert_eq!(key(&mut cache, def, None), vec![0]);
+        // INDEX on another column: the old tuple does not carry the primary key, so the
+        // identity's columns key the records.
+        let idx = rel3(ReplicaIdentity::Index, [false, true, false]);
+        assert_eq!(key(&mut cache, idx, Some(&pk)), vec![1]);
+        // NOTHING with a primary key: the primary key.
+        let nothing = rel3(ReplicaIdentity::Nothing, [false, false, false]);
+        assert_eq!(key(&mut cache, nothing, Some(&pk)), vec![0]);
+        // Nullability: key columns never nullable; NOT NULL columns required only where
+        // the old image is complete (FULL), not where it holds the key alone (DEFAULT).
+        let nullable = |c: &mut RelationCache, r: Relation| -> Vec<bool> {
+            let info = c.apply_relation_with(&r, Some(&pk));
+            info.schema.columns.iter().map(|c| c.nullable).collect()
+        };
+        assert_eq!(
+            nullable(
+                &mut cache,
+                rel3(ReplicaIdentity::Default, [true, false, false])
+            ),
+            vec![false, true, true]
+        );
+        assert_eq!(
+            nullable(&mut cache, rel3(ReplicaIdentity::Full, [true, true, true])),
+            vec![false, false, true]
         );
     }
 

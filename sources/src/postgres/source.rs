@@ -26,10 +26,18 @@
 //!
 //! # Large transactions
 //!
-//! Streaming of in-progress transactions is not requested (`streaming = false`): the server
-//! spills large transactions to its own disk (`logical_decoding_work_mem`) and sends them at
-//! commit; this source hands them to the pipeline in chunks of `max_batch_events`, so its
-//! memory is bounded whatever the transaction size.
+//! With `streaming` on (the default; protocol 2+, Postgres 14+), the server sends a
+//! transaction that outgrows its `logical_decoding_work_mem` while it is still open, in
+//! blocks interleaved with other transactions. Each block goes as received to that
+//! transaction's file in the [`spill`](super::spill) directory; at Stream Commit the file is
+//! decoded in order (its Relation and Type messages applied as they come, data of aborted
+//! subtransactions skipped) and handed to the pipeline; Stream Abort deletes it. So the
+//! server's WAL sender does not have to spill and re-decode it, and our memory holds one
+//! write buffer per open streamed transaction plus one chunk in flight.
+//!
+//! Every transaction, streamed or not, reaches the pipeline in chunks of `max_batch_events`
+//! with the commit position on the last one; the pipeline appends the chunks but flushes
+//! only at the commit, so memory is bounded whatever the transaction's size.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,16 +47,18 @@ use cdc_schemas::{
     ChangeEvent, LogicalMessage as EvMessage, Lsn, PgPosition, SourcePosition, TableId,
     TransactionInfo,
 };
+use std::path::PathBuf;
 use tokio::sync::{mpsc, watch};
 
 use super::conn::PgEndpoint;
 use super::pgoutput::{PgOutputDecoder, PgOutputMessage};
-use super::relation::{load_types, RelationCache, StaticTypeResolver};
+use super::relation::{load_table_catalog, load_types, RelationCache, StaticTypeResolver};
 use super::replication::{
     quote_ident, CreateSlotOptions, ReplicationConnection, ReplicationError, SlotSnapshot,
     StreamOptions,
 };
 use super::snapshot::{now_ms, run_snapshot, SnapshotParams};
+use super::spill::{SpillError, SpillReader, SpillStore};
 use crate::filter::TableFilter;
 use crate::{ChangeBatch, Source, SourceContext, SourceError};
 
@@ -95,6 +105,12 @@ pub struct PgSourceConfig {
     pub slot_monitor_interval: Duration,
     pub max_retained_wal: Option<u64>,
     pub status_interval: Duration,
+    /// Ask the server to stream large transactions while they are open (protocol 2+,
+    /// Postgres 14+); they are spilled to `spill_dir` until they commit.
+    pub streaming: bool,
+    pub spill_dir: PathBuf,
+    /// Re-select unchanged TOASTed values of updates by key (`source.toast = "reselect"`).
+    pub toast_reselect: bool,
 }
 
 /// What the slot monitor last saw (exported as metrics by the connector).
@@ -506,7 +522,7 @@ async fn stream(
         })
     };
     let opts = StreamOptions {
-        streaming: false,
+        streaming: cfg.streaming,
         messages: true,
         status_interval: cfg.status_interval,
         ..StreamOptions::default()
@@ -529,12 +545,30 @@ async fn stream(
     let (alarm_tx, mut alarm_rx) = mpsc::channel::<SourceError>(1);
     let monitor = tokio::spawn(monitor(cfg.clone(), status, alarm_tx));
 
-    let resolver = Arc::new(StaticTypeResolver::new());
-    let mut cache = RelationCache::with_resolver(resolver.clone());
+    let mut spill = match SpillStore::open(&cfg.spill_dir) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            monitor.abort();
+            forward.abort();
+            stream.stop().await;
+            return Err(spill_err(e));
+        }
+    };
+    let mut dec = Decoding {
+        client: &client,
+        resolver: Arc::new(StaticTypeResolver::new()),
+        cache: RelationCache::new(),
+        filter: &cfg.filter,
+        max: cfg.max_batch_events.max(1),
+        batches: ctx.batches.clone(),
+        toast_reselect: cfg.toast_reselect,
+    };
+    dec.cache = RelationCache::with_resolver(dec.resolver.clone());
     let mut decoder = PgOutputDecoder::new();
     let mut tx: Option<OpenTx> = None;
+    // The top-level xid of the streamed block being received (Stream Start … Stop).
+    let mut stream_xid: Option<u32> = None;
     let mut last_emitted = skip_before;
-    let max = cfg.max_batch_events.max(1);
     let mut shutdown = ctx.shutdown.clone();
     let result: Result<(), SourceError> = loop {
         let x = tokio::select! {
@@ -565,6 +599,17 @@ async fn stream(
                 ))
             }
         };
+        // Inside a streamed block every message belongs to the open transaction: spill it
+        // as received; it is decoded (Relation and Type included) at Stream Commit.
+        if let Some(xid) = stream_xid {
+            if !matches!(msg, PgOutputMessage::StreamStop) {
+                let store = spill.as_mut().expect("spill store open while streaming");
+                if let Err(e) = store.append(xid, x.wal_start, &x.data) {
+                    break Err(spill_err(e));
+                }
+                continue;
+            }
+        }
         match msg {
             PgOutputMessage::Begin(b) => {
                 tx = Some(OpenTx {
@@ -578,17 +623,11 @@ async fn stream(
                 });
             }
             PgOutputMessage::Relation(r) => {
-                let missing = cache.unresolved_types(&r);
-                if !missing.is_empty() {
-                    match load_types(&client, &missing).await {
-                        Ok(ts) => ts.into_iter().for_each(|t| resolver.insert(t)),
-                        Err(e) => break Err(sql_err("loading column types", e)),
-                    }
+                if let Err(e) = dec.relation(&r).await {
+                    break Err(e);
                 }
-                let info = cache.apply_relation(&r);
-                tracing::debug!(table = %info.schema.id, "relation");
             }
-            PgOutputMessage::Type(t) => cache.apply_type(&t),
+            PgOutputMessage::Type(t) => dec.cache.apply_type(&t),
             PgOutputMessage::Insert(_)
             | PgOutputMessage::Update(_)
             | PgOutputMessage::Delete(_)
@@ -636,46 +675,8 @@ async fn stream(
                 if open.skip {
                     continue;
                 }
-                let pos = SourcePosition::Postgres(PgPosition {
-                    commit_lsn: open.final_lsn,
-                    lsn: x.wal_start,
-                    tx_id: Some(open.xid),
-                    xmin: None,
-                });
-                match to_events(&cache, &cfg.filter, msg, pos, open.ts_ms) {
-                    Ok(evs) => {
-                        for mut ev in evs {
-                            open.total += 1;
-                            let key = ev
-                                .table
-                                .as_ref()
-                                .map(|t| t.id.clone())
-                                .unwrap_or_else(|| TableId::new("", ""));
-                            let n = open.per_table.entry(key).or_insert(0);
-                            *n += 1;
-                            ev.tx = Some(TransactionInfo {
-                                id: format!("{}:{}", open.xid, open.final_lsn.0),
-                                total_order: open.total,
-                                data_collection_order: *n,
-                            });
-                            open.events.push(ev);
-                        }
-                    }
-                    Err(e) => break Err(e),
-                }
-                if open.events.len() >= max {
-                    let events = std::mem::take(&mut open.events);
-                    if let Err(e) = send(
-                        &ctx.batches,
-                        ChangeBatch {
-                            events,
-                            commit: None,
-                        },
-                    )
-                    .await
-                    {
-                        break Err(e);
-                    }
+                if let Err(e) = dec.change(open, msg, x.wal_start).await {
+                    break Err(e);
                 }
             }
             PgOutputMessage::Commit(c) => {
@@ -683,23 +684,52 @@ async fn stream(
                 if open.skip {
                     continue;
                 }
-                let pos = SourcePosition::Postgres(PgPosition {
-                    commit_lsn: c.commit_lsn,
-                    lsn: c.end_lsn,
-                    tx_id: Some(open.xid),
-                    xmin: None,
-                });
                 last_emitted = c.end_lsn;
-                if let Err(e) = send(
-                    &ctx.batches,
-                    ChangeBatch {
-                        events: open.events,
-                        commit: Some(pos),
-                    },
-                )
-                .await
-                {
+                if let Err(e) = dec.commit(open, c.commit_lsn, c.end_lsn).await {
                     break Err(e);
+                }
+            }
+            PgOutputMessage::StreamStart(s) => stream_xid = Some(s.xid),
+            PgOutputMessage::StreamStop => stream_xid = None,
+            PgOutputMessage::StreamAbort(a) => {
+                if let Some(store) = spill.as_mut() {
+                    store.abort(a.xid, a.subxid);
+                }
+                tracing::debug!(
+                    xid = a.xid,
+                    subxid = a.subxid,
+                    "streamed transaction aborted"
+                );
+            }
+            PgOutputMessage::StreamCommit(c) => {
+                let store = spill.as_mut().expect("spill store open while streaming");
+                if c.commit_lsn < last_emitted {
+                    store.discard(c.xid);
+                    continue;
+                }
+                let reader = match store.take(c.xid) {
+                    Ok(r) => r,
+                    Err(e) => break Err(spill_err(e)),
+                };
+                let open = OpenTx {
+                    xid: c.xid,
+                    final_lsn: c.commit_lsn,
+                    ts_ms: c.commit_ts / 1000 + PG_EPOCH_MS,
+                    skip: false,
+                    events: Vec::new(),
+                    total: 0,
+                    per_table: HashMap::new(),
+                };
+                match dec.replay(open, reader, &mut shutdown).await {
+                    Ok(Some(open)) => {
+                        last_emitted = c.end_lsn;
+                        if let Err(e) = dec.commit(open, c.commit_lsn, c.end_lsn).await {
+                            break Err(e);
+                        }
+                    }
+                    // Shutdown during the replay: the partial transaction stays unflushed.
+                    Ok(None) => break Ok(()),
+                    Err(e) => break Err(e),
                 }
             }
             PgOutputMessage::Origin(_) => {}
@@ -708,6 +738,8 @@ async fn stream(
             }
         }
     };
+    drop(spill.take());
+    drop(dec);
     monitor.abort();
     // Let the pipeline drain what we sent, then confirm the final durable position.
     let SourceContext {
@@ -735,6 +767,258 @@ async fn stream(
     forward.abort();
     stream.stop().await;
     result
+}
+
+/// Decoding state shared by the live stream and the replay of spilled transactions.
+struct Decoding<'a> {
+    client: &'a tokio_postgres::Client,
+    resolver: Arc<StaticTypeResolver>,
+    cache: RelationCache,
+    filter: &'a TableFilter,
+    max: usize,
+    batches: mpsc::Sender<ChangeBatch>,
+    toast_reselect: bool,
+}
+
+impl Decoding<'_> {
+    async fn relation(&mut self, r: &super::pgoutput::Relation) -> Result<(), SourceError> {
+        let missing = self.cache.unresolved_types(r);
+        if !missing.is_empty() {
+            let ts = load_types(self.client, &missing)
+                .await
+                .map_err(|e| sql_err("loading column types", e))?;
+            ts.into_iter().for_each(|t| self.resolver.insert(t));
+        }
+        let cat = load_table_catalog(self.client, r.id)
+            .await
+            .map_err(|e| sql_err("reading the table's primary key", e))?;
+        let info = self.cache.apply_relation_with(r, cat.as_ref());
+        tracing::debug!(table = %info.schema.id, "relation");
+        Ok(())
+    }
+
+    /// Adds a data message's events to `open`; hands a full chunk to the pipeline.
+    async fn change(
+        &mut self,
+        open: &mut OpenTx,
+        msg: PgOutputMessage,
+        wal_start: Lsn,
+    ) -> Result<(), SourceError> {
+        let msg = match msg {
+            PgOutputMessage::Update(u) if self.toast_reselect => {
+                PgOutputMessage::Update(self.reselect_toast(u).await?)
+            }
+            m => m,
+        };
+        let pos = SourcePosition::Postgres(PgPosition {
+            commit_lsn: open.final_lsn,
+            lsn: wal_start,
+            tx_id: Some(open.xid),
+            xmin: None,
+        });
+        for mut ev in to_events(&self.cache, self.filter, msg, pos, open.ts_ms)? {
+            open.total += 1;
+            let key = ev
+                .table
+                .as_ref()
+                .map(|t| t.id.clone())
+                .unwrap_or_else(|| TableId::new("", ""));
+            let n = open.per_table.entry(key).or_insert(0);
+            *n += 1;
+            ev.tx = Some(TransactionInfo {
+                id: format!("{}:{}", open.xid, open.final_lsn.0),
+                total_order: open.total,
+                data_collection_order: *n,
+            });
+            // A key change is two records, delete and create: two events.
+            if ev.changes_key() {
+                open.total += 1;
+                *n += 1;
+            }
+            open.events.push(ev);
+        }
+        if open.events.len() >= self.max {
+            let events = std::mem::take(&mut open.events);
+            send(
+                &self.batches,
+                ChangeBatch {
+                    events,
+                    commit: None,
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// `source.toast = "reselect"`: fills the unchanged TOASTed columns of an update with
+    /// the row's current values, read by key. The current value may be newer than the
+    /// change (the row may have changed again since); a row gone since keeps the
+    /// placeholder, as does a table without a key.
+    async fn reselect_toast(
+        &mut self,
+        mut u: super::pgoutput::Update,
+    ) -> Result<super::pgoutput::Update, SourceError> {
+        use super::pgoutput::TupleColumn;
+        let unchanged: Vec<usize> = (0..u.new.columns.len())
+            .filter(|&i| matches!(u.new.columns[i], TupleColumn::UnchangedToast))
+            .collect();
+        let Some(rel) = self.cache.get(u.relation_id).cloned() else {
+            return Ok(u);
+        };
+        if unchanged.is_empty()
+            || rel.schema.key.is_empty()
+            || !self.filter.includes(&rel.schema.id)
+        {
+            return Ok(u);
+        }
+        let mut conds = Vec::with_capacity(rel.schema.key.len());
+        for &k in &rel.schema.key {
+            let text = match (&u.new.columns.get(k), u.old.as_ref()) {
+                (Some(TupleColumn::Text(b)), _) => b.clone(),
+                (_, Some(old)) => match old.tuple().columns.get(k) {
+                    Some(TupleColumn::Text(b)) => b.clone(),
+                    _ => return Ok(u),
+                },
+                _ => return Ok(u),
+            };
+            let Ok(text) = std::str::from_utf8(&text) else {
+                return Ok(u);
+            };
+            conds.push(format!(
+                "{} = {}",
+                quote_ident(&rel.columns[k].name),
+                escape_literal(text)
+            ));
+        }
+        let cols: Vec<String> = unchanged
+            .iter()
+            .map(|&i| quote_ident(&rel.columns[i].name))
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM {}.{} WHERE {}",
+            cols.join(", "),
+            quote_ident(&rel.schema.id.schema),
+            quote_ident(&rel.schema.id.name),
+            conds.join(" AND ")
+        );
+        // The simple protocol returns every value in its type's text output, which is
+        // what pgoutput sends and the value parser reads.
+        let msgs = self
+            .client
+            .simple_query(&sql)
+            .await
+            .map_err(|e| sql_err("re-selecting unchanged TOASTed values", e))?;
+        let Some(row) = msgs.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r),
+            _ => None,
+        }) else {
+            tracing::debug!(table = %rel.schema.id, "row gone before its TOASTed values could be re-selected; the placeholder stays");
+            return Ok(u);
+        };
+        for (j, &i) in unchanged.iter().enumerate() {
+            u.new.columns[i] = match row.get(j) {
+                Some(v) => TupleColumn::Text(bytes::Bytes::copy_from_slice(v.as_bytes())),
+                None => TupleColumn::Null,
+            };
+        }
+        Ok(u)
+    }
+
+    /// Ends a transaction: its last events with the commit position.
+    async fn commit(
+        &mut self,
+        open: OpenTx,
+        commit_lsn: Lsn,
+        end_lsn: Lsn,
+    ) -> Result<(), SourceError> {
+        let pos = SourcePosition::Postgres(PgPosition {
+            commit_lsn,
+            lsn: end_lsn,
+            tx_id: Some(open.xid),
+            xmin: None,
+        });
+        send(
+            &self.batches,
+            ChangeBatch {
+                events: open.events,
+                commit: Some(pos),
+            },
+        )
+        .await
+    }
+
+    /// Decodes a spilled transaction in order, skipping aborted subtransactions' data.
+    /// `None`: shutdown was requested during the replay.
+    async fn replay(
+        &mut self,
+        mut open: OpenTx,
+        reader: Option<SpillReader>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<Option<OpenTx>, SourceError> {
+        let Some(mut reader) = reader else {
+            return Ok(Some(open));
+        };
+        let (messages, bytes) = reader.size();
+        tracing::info!(xid = open.xid, commit_lsn = %open.final_lsn, messages, bytes, "streamed transaction committed; replaying it from the spill");
+        while let Some((wal_start, data)) = reader.next_message().map_err(spill_err)? {
+            let msg = PgOutputDecoder::decode(&data, true).map_err(|e| {
+                definite(
+                    "decoding a spilled pgoutput message",
+                    e.to_string(),
+                    "report this as a bug",
+                )
+            })?;
+            let xid = match &msg {
+                PgOutputMessage::Relation(r) => {
+                    self.relation(r).await?;
+                    continue;
+                }
+                PgOutputMessage::Type(t) => {
+                    self.cache.apply_type(t);
+                    continue;
+                }
+                PgOutputMessage::Insert(m) => m.xid,
+                PgOutputMessage::Update(m) => m.xid,
+                PgOutputMessage::Delete(m) => m.xid,
+                PgOutputMessage::Truncate(m) => m.xid,
+                PgOutputMessage::Message(m) => m.xid,
+                other => {
+                    tracing::debug!(kind = %super::pgoutput::type_name(other.type_byte()), "ignored spilled pgoutput message");
+                    continue;
+                }
+            };
+            if xid.is_some_and(|x| reader.is_aborted(x)) {
+                continue;
+            }
+            let before = open.events.len();
+            self.change(&mut open, msg, wal_start).await?;
+            if open.events.len() < before && shutdown.has_changed().unwrap_or(true) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(open))
+    }
+}
+
+/// A string literal that means the same whatever `standard_conforming_strings` says.
+fn escape_literal(s: &str) -> String {
+    format!("E'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+fn spill_err(e: SpillError) -> SourceError {
+    if e.is_disk_full() {
+        SourceError::Transient {
+            what: "spilling a streamed transaction".into(),
+            detail: format!("{e}; free space on that disk or set source.spill_dir to a bigger one"),
+        }
+    } else {
+        definite(
+            "spilling a streamed transaction",
+            e.to_string(),
+            "check that source.spill_dir is a writable local directory",
+        )
+    }
 }
 
 fn to_events(

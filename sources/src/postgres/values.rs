@@ -365,7 +365,15 @@ pub fn parse_timestamp(s: &str, with_zone: bool) -> Result<i64, ValueError> {
     let us = parse_hms(time, kind, s)?;
     let total = (days_from_civil(y, m, d) as i128) * 86_400_000_000 + us as i128
         - offset as i128 * 1_000_000;
-    i64::try_from(total).map_err(|_| err(kind, s, "out of range"))
+    // Postgres reaches 294276 AD; microseconds since 1970 in an i64 (the data model's
+    // timestamp, as Debezium's MicroTimestamp) end in 292277 AD.
+    i64::try_from(total).map_err(|_| {
+        err(
+            kind,
+            s,
+            "beyond 292277 AD, the end of the microsecond timestamp range records carry (Postgres allows up to 294276 AD); change the value or leave the table out (source.exclude_tables)",
+        )
+    })
 }
 
 /// An ISO 8601 interval as Postgres prints it with `IntervalStyle=iso_8601`

@@ -18,29 +18,39 @@ pub struct Connector {
     pub starts: u32,
 }
 
-/// A connector config for `db` on `pg`, logging into `dir/log`; `extra` is appended.
-pub fn connector(pg: &PgServer, db: &str, dir: &Path, tables: &[&str], extra: &str) -> Connector {
-    let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, db));
-    let tables = tables
+/// `["a", "b"]` as a TOML array's items: `"a", "b"`.
+pub fn toml_list(items: &[&str]) -> String {
+    items
         .iter()
         .map(|t| format!("{t:?}"))
         .collect::<Vec<_>>()
-        .join(", ");
+        .join(", ")
+}
+
+/// A connector config for `db` on `pg`, logging into `dir/log`; `extra` is appended.
+pub fn connector(pg: &PgServer, db: &str, dir: &Path, tables: &[&str], extra: &str) -> Connector {
+    let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, db));
     let text = format!(
-        "name = \"t\"\n\n[source]\ntype = \"postgres\"\nurl = \"{url}\"\ntables = [{tables}]\nslot = \"{db}\"\nheartbeat_interval_ms = 1000\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[admin]\nlisten = \"127.0.0.1:0\"\n{extra}\n",
+        "name = \"t\"\n\n[source]\ntype = \"postgres\"\nurl = \"{url}\"\ntables = [{}]\nslot = \"{db}\"\nheartbeat_interval_ms = 1000\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[admin]\nlisten = \"127.0.0.1:0\"\n{extra}\n",
+        toml_list(tables),
         dir.join("log").display()
     );
-    let config = dir.join("cdc.toml");
-    std::fs::write(&config, text).unwrap();
-    Connector {
-        dir: dir.to_path_buf(),
-        config,
-        child: None,
-        starts: 0,
-    }
+    Connector::with_config(dir, &text)
 }
 
 impl Connector {
+    /// A connector (not started) of config `text`, written to `dir/cdc.toml`.
+    pub fn with_config(dir: &Path, text: &str) -> Connector {
+        let config = dir.join("cdc.toml");
+        std::fs::write(&config, text).unwrap();
+        Connector {
+            dir: dir.to_path_buf(),
+            config,
+            child: None,
+            starts: 0,
+        }
+    }
+
     pub fn log_dir(&self) -> PathBuf {
         self.dir.join("log")
     }
@@ -157,6 +167,33 @@ pub fn read_topic(log_dir: &Path, topic: &str) -> Vec<Rec> {
     out
 }
 
+/// Durable records of `topic` (all partitions), read from the offsets alone.
+pub fn topic_len(log_dir: &Path, topic: &str) -> u64 {
+    let Ok(log) = Log::open_read_only(log_dir) else {
+        return 0;
+    };
+    log.describe(topic)
+        .map(|d| {
+            d.partitions
+                .iter()
+                .map(|p| p.high_watermark - p.log_start_offset)
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits (cheaply, without decoding records) until `topic` holds at least `n` records.
+pub async fn wait_topic_len(log_dir: &Path, topic: &str, n: u64, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while topic_len(log_dir, topic) < n {
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    true
+}
+
 /// Applies c/r/u/d by key in log order per partition: key (JSON text) → `after` row.
 pub fn rebuild(recs: &[Rec]) -> BTreeMap<String, Json> {
     let mut m = BTreeMap::new();
@@ -260,6 +297,33 @@ pub async fn setup_acct(pg: &PgServer, rows: i64) -> String {
     .await
     .unwrap();
     db
+}
+
+/// The `acct` fixture with `rows` rows and a connector (tables `tables`) started on it
+/// and converged: its snapshot is in the log. Keep the `TempDir` alive.
+pub async fn running_acct(
+    pg: &PgServer,
+    rows: i64,
+    tables: &[&str],
+) -> (String, tempfile::TempDir, Connector) {
+    let db = setup_acct(pg, rows).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connector(pg, &db, dir.path(), tables, "");
+    c.start();
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+        .await;
+    (db, dir, c)
+}
+
+/// Peak resident set (VmHWM) of process `pid`, in KiB.
+pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 impl Connector {
