@@ -228,21 +228,33 @@ fn nulls_are_nulls_and_empty_strings_are_not() {
 #[test]
 fn unchanged_toast_uses_the_placeholder() {
     let t = all_types_table();
-    let mut before = typical_row();
-    before.0[8] = Value::Text("old".into());
+    // An old key image: NULL outside the key, which says nothing about the values.
+    let mut before = Row::new(vec![Value::Null; t.columns.len()]);
+    before.0[0] = typical_row().0[0].clone();
     let mut after = typical_row();
     after.0[8] = Value::Unchanged; // text
     after.0[9] = Value::Unchanged; // bytea
     after.0[10] = Value::Unchanged; // jsonb
     after.0[23] = Value::Unchanged; // text[]
-    let ev = cdc_schemas::ChangeEvent::update(t.clone(), Some(before), after, pg_pos(), 1).unwrap();
+    let ev = cdc_schemas::ChangeEvent::update(t.clone(), Some(before), after.clone(), pg_pos(), 1)
+        .unwrap();
     let v = value_everywhere(pg_config, &ev);
     let a = &v["after"];
     assert_eq!(a["txt"], "__debezium_unavailable_value");
     assert_eq!(a["byt"], b64(b"__debezium_unavailable_value"));
     assert_eq!(a["js"], "__debezium_unavailable_value");
     assert_eq!(a["arr"], json!(["__debezium_unavailable_value"]));
-    assert_eq!(v["before"]["txt"], "old");
+    assert_eq!(v["before"]["txt"], J::Null);
+
+    // A whole old row (REPLICA IDENTITY FULL) holds the unchanged values: they are used.
+    let mut full = typical_row();
+    full.0[8] = Value::Text("old".into());
+    let ev_full =
+        cdc_schemas::ChangeEvent::update(t.clone(), Some(full), after, pg_pos(), 1).unwrap();
+    let v_full = value_everywhere(pg_config, &ev_full);
+    assert_eq!(v_full["after"]["txt"], "old");
+    assert_eq!(v_full["after"]["arr"], v_full["before"]["arr"]);
+    assert_eq!(v_full["after"]["byt"], v_full["before"]["byt"]);
 
     // Configurable placeholder.
     let custom = |f| {
@@ -265,6 +277,20 @@ fn unchanged_toast_uses_the_placeholder() {
         );
         assert!(e.to_string().contains("REPLICA IDENTITY FULL"));
     }
+}
+
+#[test]
+fn multi_dimensional_arrays_are_flattened_in_row_major_order() {
+    // Postgres does not fix an array column's dimensions: int4[] may hold {{1,2},{3,NULL}}.
+    let t = all_types_table();
+    let mut row = typical_row();
+    let i = |n| Value::Int32(n);
+    row.0[24] = Value::Array(vec![
+        Value::Array(vec![i(1), i(2)]),
+        Value::Array(vec![i(3), Value::Null]),
+    ]);
+    let v = value_everywhere(pg_config, &create(&t, row));
+    assert_eq!(v["after"]["iarr"], json!([1, 2, 3, null]));
 }
 
 #[test]

@@ -39,7 +39,8 @@ fn pg_source(snapshot: &str) -> J {
         "sequence": "[\"2078959952\",\"2078978480\"]",
         "ts_us": SRC_TS_MS * 1000, "ts_ns": SRC_TS_MS * 1_000_000,
         "schema": "public", "table": "orders",
-        "txId": 32545, "lsn": 2078978480i64, "xmin": null
+        "txId": 32545, "lsn": 2078978480i64, "xmin": null,
+        "origin": null, "origin_lsn": null
     })
 }
 
@@ -309,7 +310,7 @@ fn logical_decoding_messages() {
     source["table"] = json!("");
     assert_eq!(
         v,
-        json!({"op": "m", "ts_ms": NOW_NS / 1_000_000, "source": source,
+        json!({"op": "m", "ts_ms": NOW_NS / 1_000_000, "source": source, "transaction": null,
                "message": {"prefix": "outbox", "content": b64(b"{\"x\":1}")}})
     );
     let mut avro_enc = Encoder::for_messages(&pg_config(AVRO)).unwrap();

@@ -223,23 +223,38 @@ pub(crate) fn write_value(
             }),
             other => return Err(mismatch("Interval", other)),
         },
-        Conv::Bits => match v {
-            Value::Bits { len, bytes } => write_bytes(buf, &convert::bits_le(*len, bytes)),
+        Conv::Bits { minimal } => match v {
+            Value::Bits { len, bytes } => {
+                write_bytes(buf, &convert::bits_le(*len, bytes, *minimal))
+            }
             other => return Err(mismatch("Bits", other)),
         },
         Conv::Array(inner) => match v {
             Value::Array(items) => {
-                if !items.is_empty() {
-                    write_long(buf, items.len() as i64);
-                    for item in items {
-                        // Array elements are optional: union ["null", T].
-                        if item.is_null() {
-                            write_long(buf, 0);
-                        } else {
-                            write_long(buf, 1);
-                            write_value(buf, inner, item, placeholder)?;
+                // Array elements are optional: union ["null", T].
+                let item_to_avro = |buf: &mut Vec<u8>, item: &Value| -> Result<(), ValueError> {
+                    if item.is_null() {
+                        write_long(buf, 0);
+                        Ok(())
+                    } else {
+                        write_long(buf, 1);
+                        write_value(buf, inner, item, placeholder)
+                    }
+                };
+                match super::connect::flattened(inner, items) {
+                    Some(flat) if !flat.is_empty() => {
+                        write_long(buf, flat.len() as i64);
+                        for item in flat {
+                            item_to_avro(buf, item)?;
                         }
                     }
+                    None if !items.is_empty() => {
+                        write_long(buf, items.len() as i64);
+                        for item in items {
+                            item_to_avro(buf, item)?;
+                        }
+                    }
+                    _ => {}
                 }
                 write_long(buf, 0);
             }

@@ -16,6 +16,7 @@ use crate::encode::config::{
 };
 use crate::encode::EncodeError;
 use crate::table::{Column, ColumnType};
+use crate::value::Value;
 
 /// A Kafka Connect schema type.
 #[derive(Clone, Debug, PartialEq)]
@@ -177,8 +178,12 @@ pub enum Conv {
     IntervalMicros,
     IntervalIso,
     Year,
-    /// `io.debezium.data.Bits`: little-endian bytes of the bit string's numeric value.
-    Bits,
+    /// `io.debezium.data.Bits`: little-endian bytes of the bit string's numeric value;
+    /// `minimal`: without high zero bytes (Debezium's Postgres connector, `BitSet.toByteArray`),
+    /// otherwise `ceil(len / 8)` bytes (its MySQL connector pads).
+    Bits {
+        minimal: bool,
+    },
     Array(Box<Conv>),
 }
 
@@ -204,8 +209,32 @@ impl Conv {
 
     /// True when the Connect schema is `bytes` (placeholder stands in as its UTF-8 bytes).
     pub fn is_bytes(&self) -> bool {
-        matches!(self, Conv::Bytes(BinaryHandlingMode::Bytes) | Conv::Bits)
+        matches!(
+            self,
+            Conv::Bytes(BinaryHandlingMode::Bytes) | Conv::Bits { .. }
+        )
     }
+}
+
+/// The elements of an array value for `Conv::Array(elem)`. Postgres does not fix an array
+/// column's number of dimensions (`int4[][]` is `int4[]`), so a multi-dimensional value
+/// (nested [`Value::Array`]s) can arrive in a one-level array column: it is flattened in
+/// row-major order, the order `unnest` reads it. `None`: the items as they are.
+pub(crate) fn flattened<'a>(elem: &Conv, items: &'a [Value]) -> Option<Vec<&'a Value>> {
+    fn push<'a>(items: &'a [Value], out: &mut Vec<&'a Value>) {
+        for v in items {
+            match v {
+                Value::Array(inner) => push(inner, out),
+                other => out.push(other),
+            }
+        }
+    }
+    if matches!(elem, Conv::Array(_)) || !items.iter().any(|v| matches!(v, Value::Array(_))) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(items.len());
+    push(items, &mut out);
+    Some(out)
 }
 
 /// One column, ready for the hot path.
@@ -412,7 +441,9 @@ pub(crate) fn map_type(
                     ConnectSchema::of(T::Bytes)
                         .named(DBZ_BITS, 1)
                         .param("length", n.to_string()),
-                    Conv::Bits,
+                    Conv::Bits {
+                        minimal: connector == ConnectorKind::Postgres,
+                    },
                 )
             }
         },

@@ -211,9 +211,11 @@ pub fn decimal_f64(v: &Value) -> Result<f64, ValueError> {
 }
 
 /// Debezium's `Bits` bytes: the bit string read as an unsigned number (first bit most
-/// significant), as little-endian bytes, `ceil(len / 8)` of them. Our [`Value::Bits`]
-/// packs the bits left-aligned (first bit in the top bit of byte 0).
-pub fn bits_le(len: u32, bytes: &[u8]) -> Vec<u8> {
+/// significant), as little-endian bytes, `ceil(len / 8)` of them, or with `minimal` as
+/// few as hold the number (none for zero: Java's `BitSet.toByteArray`, what Debezium's
+/// Postgres connector emits). Our [`Value::Bits`] packs the bits left-aligned (first bit
+/// in the top bit of byte 0).
+pub fn bits_le(len: u32, bytes: &[u8], minimal: bool) -> Vec<u8> {
     let n = (len as usize).div_ceil(8);
     let mut out = vec![0u8; n];
     for i in 0..len as usize {
@@ -225,6 +227,11 @@ pub fn bits_le(len: u32, bytes: &[u8]) -> Vec<u8> {
             // Bit i of the string has weight 2^(len-1-i).
             let w = len as usize - 1 - i;
             out[w / 8] |= 1 << (w % 8);
+        }
+    }
+    if minimal {
+        while out.last() == Some(&0) {
+            out.pop();
         }
     }
     out
@@ -310,9 +317,19 @@ mod tests {
     #[test]
     fn bits_little_endian() {
         // b'101' left-aligned is 0b1010_0000; value 5.
-        assert_eq!(bits_le(3, &[0b1010_0000]), vec![5]);
+        assert_eq!(bits_le(3, &[0b1010_0000], false), vec![5]);
         // 10 bits 1000000001 → 513 → [0x01, 0x02]
-        assert_eq!(bits_le(10, &[0b1000_0000, 0b0100_0000]), vec![0x01, 0x02]);
+        assert_eq!(
+            bits_le(10, &[0b1000_0000, 0b0100_0000], false),
+            vec![0x01, 0x02]
+        );
+        // Postgres (minimal): high zero bytes dropped, zero is no bytes at all.
+        assert_eq!(bits_le(10, &[0b0000_0000, 0b0100_0000], true), vec![0x01]);
+        assert_eq!(bits_le(12, &[0, 0], true), Vec::<u8>::new());
+        assert_eq!(
+            bits_le(12, &[0b1010_0000, 0b0001_0000], false),
+            vec![0x01, 0x0a]
+        );
     }
 
     #[test]

@@ -293,21 +293,36 @@ pub(crate) fn write_value(
             }
             other => return Err(mismatch("Interval", other)),
         },
-        Conv::Bits => match v {
-            Value::Bits { len, bytes } => write_base64(buf, &convert::bits_le(*len, bytes), false),
+        Conv::Bits { minimal } => match v {
+            Value::Bits { len, bytes } => {
+                write_base64(buf, &convert::bits_le(*len, bytes, *minimal), false)
+            }
             other => return Err(mismatch("Bits", other)),
         },
         Conv::Array(inner) => match v {
             Value::Array(items) => {
                 buf.push(b'[');
-                for (i, item) in items.iter().enumerate() {
+                let mut item_to_json = |i: usize, item: &Value| -> Result<(), ValueError> {
                     if i > 0 {
                         buf.push(b',');
                     }
                     if item.is_null() {
                         buf.extend_from_slice(b"null");
+                        Ok(())
                     } else {
-                        write_value(buf, inner, item, placeholder)?;
+                        write_value(buf, inner, item, placeholder)
+                    }
+                };
+                match super::connect::flattened(inner, items) {
+                    Some(flat) => {
+                        for (i, item) in flat.into_iter().enumerate() {
+                            item_to_json(i, item)?;
+                        }
+                    }
+                    None => {
+                        for (i, item) in items.iter().enumerate() {
+                            item_to_json(i, item)?;
+                        }
                     }
                 }
                 buf.push(b']');
