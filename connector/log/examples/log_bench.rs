@@ -1,10 +1,10 @@
 //! Throughput and tail-latency benchmark of the embedded log.
 //!
 //! ```text
-//! cargo run --release -p cdc-log --example log_bench -- [--dir DIR] [--mb N] [--flush-kb N] [--tail N]
+//! cargo run --release -p cdc-log --example log_bench -- [--dir DIR] [--mb N] [--flush-kb N] [--tail N] [--sizes 100,1024]
 //! ```
 //!
-//! For record sizes 100 B and 1 KiB: appends `--mb` MiB of values in batches of ~100 KiB
+//! For record sizes 100 B and 1 KiB (or `--sizes`): appends `--mb` MiB of values in batches of ~100 KiB
 //! with a flush (fsync + ledger) every `--flush-kb` KiB (default 1024), then reads it all
 //! back (page cache warm), then measures tail latency: the time from `flush` returning to
 //! a reader blocked in `next_batch` on another thread holding the record (`--tail` runs).
@@ -19,6 +19,7 @@ struct Args {
     mb: u64,
     flush_kb: u64,
     tail: usize,
+    sizes: Vec<usize>,
 }
 
 fn args() -> Args {
@@ -27,6 +28,7 @@ fn args() -> Args {
         mb: 1024,
         flush_kb: 1024,
         tail: 2000,
+        sizes: vec![100, 1024],
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -37,6 +39,12 @@ fn args() -> Args {
             "--mb" => a.mb = val.parse().expect("--mb N"),
             "--flush-kb" => a.flush_kb = val.parse().expect("--flush-kb N"),
             "--tail" => a.tail = val.parse().expect("--tail N"),
+            "--sizes" => {
+                a.sizes = val
+                    .split(',')
+                    .map(|s| s.parse().expect("--sizes 100,1024"))
+                    .collect()
+            }
             other => panic!("unknown argument {other}"),
         }
         i += 2;
@@ -54,7 +62,7 @@ fn main() -> Result<(), cdc_log::LogError> {
         a.mb,
         a.flush_kb
     );
-    for size in [100usize, 1024] {
+    for &size in &a.sizes {
         let name = format!("bench-{size}");
         let topic = log.create_topic(
             &name,

@@ -44,6 +44,7 @@
 //! - [`batch`]: Kafka record batch v2 encoder/decoder (segment `.log` format).
 //! - `index`: offset and time index (`.index`, `.timeindex` formats).
 //! - `segment`: segment files and naming, the batch scanner.
+//! - `stage`: the active segment's write staging (large, mostly `O_DIRECT`, writes).
 //! - `ledger`: the durable-state file (`ledger` format).
 //! - `groups`: committed offsets (`groups` format).
 //! - [`topic_config`]: [`TopicConfig`] and `topic.conf`.
@@ -80,6 +81,7 @@ pub mod reader;
 pub mod record;
 mod retention;
 mod segment;
+mod stage;
 pub mod topic_config;
 mod varint;
 

@@ -676,23 +676,32 @@ impl Log {
     }
 
     /// Makes everything appended so far durable, together with `checkpoint` (the source
-    /// position those records cover) in one atomic ledger write: fsync of every segment
-    /// file with new data (and of directories with new files), then the ledger. Readers
+    /// position those records cover) in one atomic ledger write: every partition's write
+    /// stage written to its segment file, fsync of every segment file with new data (and
+    /// of directories with new files), then the ledger. Readers
     /// see the records once this returns. `None` keeps the previous checkpoint.
     /// After a crash, [`Log::checkpoint`] and the records agree.
     pub fn flush(&self, checkpoint: Option<&[u8]>) -> Result<FlushInfo> {
         self.check_poisoned()?;
         let started = Instant::now();
         let mut clock = lock(&self.inner.flush_lock);
-        let plans: Vec<_> = self
-            .all_partitions()
-            .into_iter()
-            .filter(|(_, p)| p.dirty.load(Ordering::Acquire))
-            .map(|(_, p)| {
-                let plan = p.plan_flush();
-                (p, plan)
-            })
-            .collect();
+        let mut plans = Vec::new();
+        for (_, p) in self.all_partitions() {
+            if !p.dirty.load(Ordering::Acquire) {
+                continue;
+            }
+            match p.plan_flush() {
+                Ok(plan) => plans.push((p, plan)),
+                Err(e) => {
+                    // A staged write failed: nothing was fsynced or recorded; the
+                    // partitions planned so far stay dirty for the next flush.
+                    for (q, _) in &plans {
+                        q.dirty.store(true, Ordering::Release);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         if plans.is_empty() && checkpoint.is_none() {
             return Ok(FlushInfo::default());
         }

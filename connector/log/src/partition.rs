@@ -11,12 +11,21 @@
 //!   below `hw` (a batch boundary), so readers never see a half-written batch.
 //! - `epoch` changes whenever segments are removed or replaced (retention, cleaning), so a
 //!   reader holding a byte position re-locates its offset through the index.
+//! - the active segment's file holds its first bytes, up to the stage's `written`; the
+//!   rest, up to its `size`, is staged in memory (`stage.rs`) until a write-out. `plan_flush` writes
+//!   the whole stage out before it captures the sizes to fsync, and a roll writes it out
+//!   before the segment is closed, so every byte below `hw` and every closed segment is in
+//!   its file; staged bytes are never visible to readers (they are past `hw`). A crash
+//!   loses staged bytes exactly as it loses unflushed bytes in the page cache: both are past
+//!   the ledger's durable end.
 //!
 //! Recovery (`Partition::open`): given the ledger's `log_start` S and `durable_end` D,
 //! segments whose base is > D hold only unflushed data and are deleted; segments wholly
 //! below S are leftovers of an interrupted retention and are deleted; the last remaining
 //! segment is scanned batch by batch (CRC-checked) and cut at the first batch at or past D
-//! or at the first torn/corrupt batch; if that leaves it short of D, fsynced data is gone
+//! or at the first torn/corrupt batch (zeros from there up to the next 4 KiB boundary are
+//! the padding of a flush's last `O_DIRECT` write, `stage.rs`: left in place for the stage
+//! to write over, not cut or reported); if that leaves it short of D, fsynced data is gone
 //! and open fails with `DurableDataLost` (unless `accept_damaged_tail`). Closed segments
 //! keep their index files if those pass their checks (else are rebuilt by a full scan) and
 //! get a cheap tail check: the bytes from the last index entry to the end of file must be
@@ -37,6 +46,7 @@ use crate::ledger::PartitionMark;
 use crate::notify::{HasNotifier, Notifier};
 use crate::record::NewRecord;
 use crate::segment::{parse_file_name, BatchScanner, ScanStop, SegmentFile};
+use crate::stage::{Stage, WriteOut, WRITE_CHUNK};
 
 /// A segment as the partition tracks it.
 #[derive(Debug)]
@@ -69,9 +79,13 @@ pub struct PartitionState {
     pub epoch: u64,
     /// New files were created since the last flush: the directory needs an fsync.
     pub dir_dirty: bool,
-    /// Set after a failed write whose partial bytes could not be cut off again.
+    /// Set after a failed write whose partial bytes could not be cut off again, or a
+    /// failed fsync of a segment being closed.
     pub poisoned: Option<String>,
-    encode_buf: Vec<u8>,
+    /// The active segment's bytes not yet written to its file (`stage.rs`): appends encode
+    /// into it, a flush or a roll writes it out whole, `append` writes it out once it holds
+    /// `WRITE_CHUNK` bytes. `stage.end()` is the active segment's `size`.
+    stage: Stage,
     scratch: Vec<u8>,
     /// Timestamp of the active segment's first batch (its max timestamp, as Kafka's
     /// `segment.ms` uses), `None` while it is empty.
@@ -322,7 +336,7 @@ impl Partition {
                 epoch: 0,
                 dir_dirty: true,
                 poisoned: None,
-                encode_buf: Vec::new(),
+                stage: Stage::new(),
                 scratch: Vec::new(),
                 roll_ts: None,
             },
@@ -425,6 +439,7 @@ impl Partition {
         }
 
         let mut segments = Vec::with_capacity(bases.len());
+        let mut active_file_len = 0;
         let n = bases.len();
         for (i, &base) in bases.iter().enumerate() {
             let file = open_seg(dir.join(crate::segment::log_file_name(base)), base)?;
@@ -462,11 +477,17 @@ impl Partition {
                     "durable data lost; cutting the ledger back as accept_damaged_tail allows");
                 d = next;
                 report.durable_end_cut_to = Some(next);
-            } else if let Some((pos, why)) = &stop {
+            }
+            // Zeros after the last batch, up to the next block boundary, are the padding of
+            // the flush's last O_DIRECT write (`stage.rs`): the end of the data, not damage.
+            // The stage writes over them; they are neither cut nor reported.
+            let padding = crate::stage::is_padding(&file, valid, size)?;
+            if let (Some((pos, why)), false) = (&stop, padding) {
                 // Bad bytes past the durable end: an unflushed, torn tail. Expected after a crash.
                 tracing::debug!(topic, partition = id, position = pos, reason = %why, "torn tail past durable end");
             }
-            if valid < size && !read_only {
+            active_file_len = if padding { size } else { valid };
+            if valid < size && !padding && !read_only {
                 report.truncated_bytes += size - valid;
                 file.file
                     .set_len(valid)
@@ -503,6 +524,10 @@ impl Partition {
             _ => None,
         };
         let leo = d;
+        let stage = match segments.last() {
+            Some(seg) if !read_only => Stage::resume(&seg.file, seg.size, active_file_len)?,
+            _ => Stage::new(),
+        };
         let st = PartitionState {
             segments,
             log_start: s,
@@ -511,7 +536,7 @@ impl Partition {
             epoch: 0,
             dir_dirty: false,
             poisoned: None,
-            encode_buf: Vec::new(),
+            stage,
             scratch: Vec::new(),
             roll_ts,
         };
@@ -613,20 +638,34 @@ impl Partition {
         if let Some(p) = &st.poisoned {
             return Err(LogError::Poisoned(p.clone()));
         }
+        // A full stage is written out first, so that a write error fails this append
+        // before it changes anything (the stage keeps its bytes for the next attempt).
+        if st.stage.unwritten() >= WRITE_CHUNK as u64 {
+            let end = st.stage.end();
+            Self::write_stage(st, WriteOut::Chunk, end)?;
+        }
         let base = st.leo;
-        st.encode_buf.clear();
+        let active_size = st.segments.last().map_or(0, |s| s.size);
+        let active_base = st.segments.last().map_or(0, |s| s.base());
+        debug_assert_eq!(st.stage.end(), active_size);
         let enc = encode_batch(
-            &mut st.encode_buf,
+            st.stage.buf_mut(),
             base,
             records,
             None,
             None,
             compression,
             &mut st.scratch,
-        )?;
+        );
+        st.stage.realign();
+        let enc = match enc {
+            Ok(enc) => enc,
+            Err(e) => {
+                st.stage.truncate_end(active_size);
+                return Err(e);
+            }
+        };
         let len = enc.len as u64;
-        let active_size = st.segments.last().map_or(0, |s| s.size);
-        let active_base = st.segments.last().map_or(0, |s| s.base());
         // Roll when the batch would overflow the segment, or relative offsets / positions
         // would overflow the index's 32-bit fields.
         // Also roll when the active segment's first batch is older than segment.ms.
@@ -636,23 +675,15 @@ impl Partition {
                 || active_size + len > i32::MAX as u64
                 || roll_due(st.roll_ts, segment_ms, crate::record::now_ms()))
         {
-            self.roll(st)?;
+            if let Err(e) = self.roll(st) {
+                st.stage.truncate_end(active_size);
+                return Err(e);
+            }
         }
         let Some(active) = st.segments.last_mut() else {
             return Err(LogError::Poisoned("partition has no segment".into()));
         };
         let pos = active.size;
-        if let Err(e) = active.file.file.write_all_at(&st.encode_buf, pos) {
-            let err = LogError::io("appending to", &active.file.path, e);
-            // Cut the partial batch so the file stays a sequence of whole batches.
-            if let Err(e2) = active.file.file.set_len(pos) {
-                st.poisoned = Some(format!(
-                    "could not cut a failed append off {}: {e2}",
-                    active.file.path.display()
-                ));
-            }
-            return Err(err);
-        }
         let rel = (base - active.base()) as u32;
         active.index.on_batch(
             rel,
@@ -675,14 +706,43 @@ impl Partition {
         })
     }
 
-    /// Closes the active segment (index files written and fsynced) and starts a new one.
+    /// Writes the stage out to the active segment (see `Stage::write_out`). After a failed
+    /// write the file is cut back to what was written before, so it never holds a partial
+    /// batch past that point.
+    fn write_stage(st: &mut PartitionState, mode: WriteOut, upto: u64) -> Result<()> {
+        let Some(active) = st.segments.last() else {
+            return Ok(());
+        };
+        if let Err(e) = st.stage.write_out(&active.file, mode, upto) {
+            if let Err(e2) = st.stage.cut_after_error(&active.file) {
+                st.poisoned = Some(format!(
+                    "could not cut a failed append off {}: {e2}",
+                    active.file.path.display()
+                ));
+            }
+            if matches!(e, LogError::FsyncFailed { .. }) {
+                // A failed fsync may have dropped dirty pages: a later, successful one
+                // would not bring them back.
+                st.poisoned = Some(e.to_string());
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Closes the active segment (stage written out, index files written and fsynced) and
+    /// starts a new one. Staged bytes past the active segment's size (the batch that made
+    /// it roll) move to the new segment's stage.
     fn roll(&self, st: &mut PartitionState) -> Result<()> {
         let leo = st.leo;
+        let old_size = st.segments.last().map_or(0, |s| s.size);
+        Self::write_stage(st, WriteOut::Close, old_size)?;
         if let Some(active) = st.segments.last_mut() {
             active.index.seal();
             write_index_files(&active.file, &active.index)?;
         }
         let file = SegmentFile::create(&self.dir, leo)?;
+        st.stage.restart_at_new_file();
         st.segments.push(SegmentMeta {
             file: Arc::new(file),
             index: SegmentIndex::default(),
@@ -714,10 +774,20 @@ impl Partition {
         Ok(true)
     }
 
-    /// Captures what must be fsynced to make everything appended so far durable.
-    pub fn plan_flush(&self) -> FlushPlan {
+    /// Writes the stage out and captures what must be fsynced to make everything appended
+    /// so far durable. On a write error the partition stays dirty (its stage keeps the
+    /// bytes) and nothing was planned.
+    pub fn plan_flush(&self) -> Result<FlushPlan> {
         self.dirty.store(false, Ordering::Release);
-        let mut st = self.lock();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if st.stage.unwritten() > 0 {
+            let end = st.stage.end();
+            if let Err(e) = Self::write_stage(st, WriteOut::Flush, end) {
+                self.dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
         let files = st
             .segments
             .iter()
@@ -725,11 +795,11 @@ impl Partition {
             .map(|s| (s.file.clone(), s.size))
             .collect();
         let dir = std::mem::take(&mut st.dir_dirty).then(|| self.dir.clone());
-        FlushPlan {
+        Ok(FlushPlan {
             leo: st.leo,
             files,
             dir,
-        }
+        })
     }
 
     /// After the ledger recorded `plan.leo` as durable: expose it to readers and wake them.

@@ -43,8 +43,13 @@ fn append_flush_read_and_reopen() {
     assert_eq!(recs[1].offset, 1);
     assert_eq!(recs[1].value, None);
     assert_eq!(recs[1].headers[0].key, "op");
-    // Unflushed appends are lost on drop (simulated crash); flushed ones survive.
-    t.append(0, &[rec(b"c", b"3", 12)]).unwrap();
+    // Unflushed appends are lost on drop (simulated crash); flushed ones survive. Appends
+    // are staged in memory until a flush, a roll or a full write chunk writes them to the
+    // segment file: these two each fill a segment, so the first one reaches a file (when
+    // the second rolls) and recovery has unflushed bytes on disk to cut.
+    let big = vec![b'3'; 2000];
+    t.append(0, &[rec(b"c", &big, 12)]).unwrap();
+    t.append(0, &[rec(b"c", &big, 12)]).unwrap();
     drop(t);
     drop(log);
     let log = open(dir.path());

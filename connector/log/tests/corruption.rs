@@ -74,6 +74,12 @@ fn build(dir: &Path) -> Truth {
             log.flush(Some(&i.to_be_bytes())).unwrap();
         }
     }
+    // A flush large enough for the write stage's O_DIRECT path: the active segment of
+    // partition 0 then ends with zero padding up to a block boundary.
+    let k = b"key-big".to_vec();
+    let v: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    t.append(0, &[common::rec(&k, &v, 120)]).unwrap();
+    truth[0].push((k, v));
     log.flush(Some(b"end")).unwrap();
     log.commit("g", "t", 0, 5).unwrap();
     truth

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 #[derive(Debug, Clone)]
 enum Op {
     /// topic index (0 = delete policy, 1 = compacted), partition, records (key, value len or tombstone)
-    Append(usize, u32, Vec<(u8, Option<u16>)>),
+    Append(usize, u32, Vec<(u8, Option<u32>)>),
     Flush(u8),
     Reopen,
     Read(usize, u32, u8),
@@ -24,7 +24,9 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..2usize, 0..2u32, prop::collection::vec((0..6u8, prop::option::weighted(0.85, 0..400u16)), 1..8))
+        // Now and then a value large enough that its flush takes the O_DIRECT path of the
+        // write stage (the last block padded with zeros), which reopen must read back.
+        6 => (0..2usize, 0..2u32, prop::collection::vec((0..6u8, prop::option::weighted(0.85, prop_oneof![30 => 0..400u32, 1 => 60_000..MAX_VALUE])), 1..8))
             .prop_map(|(t, p, r)| Op::Append(t, p, r)),
         3 => any::<u8>().prop_map(Op::Flush),
         1 => Just(Op::Reopen),
@@ -64,6 +66,7 @@ impl MPart {
 }
 
 const TOPICS: [&str; 2] = ["d", "c"];
+const MAX_VALUE: u32 = 140_000;
 
 fn configs() -> [TopicConfig; 2] {
     [
@@ -135,7 +138,7 @@ fn run(ops: Vec<Op>) {
     let mut checkpoint: Option<Vec<u8>> = None;
     let mut committed: HashMap<u32, u64> = HashMap::new();
     let mut clock = 0i64;
-    let value_bytes = vec![0xabu8; 400];
+    let value_bytes = vec![0xabu8; MAX_VALUE as usize];
     for op in ops {
         clock += 100;
         match op {

@@ -1,0 +1,517 @@
+//! Write staging of a partition's active segment: appended batches are encoded straight
+//! into an in-memory buffer and reach the segment file in large `O_DIRECT` writes (the
+//! bytes go from this buffer to the device: no copy into the page cache, no page-cache
+//! pages to allocate, and a flush's `fdatasync` finds no dirty page to write back). Owns
+//! no file format: the segment's bytes are exactly those a `pwrite` per batch would give.
+//! Memory: the buffer holds at most [`WRITE_CHUNK`] plus one batch (about 2 MiB of
+//! capacity for a partition written at full speed, one block for a quiet one).
+//!
+//! # Invariants
+//!
+//! - The file holds the segment's bytes `[0, written)`. The stage holds `[file_pos, end)`,
+//!   `file_pos <= written <= end`, where `end` is the partition's in-memory segment size;
+//!   `[file_pos, written)` is at most the part of one block already in the file, kept so
+//!   the whole block can be written again, with more data, by the next `O_DIRECT` write.
+//!   Nothing past `written` is relied on by anyone: readers read below the high watermark,
+//!   and `Partition::plan_flush` writes the whole stage out (under the partition lock)
+//!   before it records the sizes a flush makes durable. So durability is exactly as
+//!   before: `flush` fsyncs the file after every staged byte was written, then writes the
+//!   ledger.
+//! - With `O_DIRECT`, `file_pos` is a multiple of [`ALIGN`] and every write covers whole
+//!   blocks. A flush writes the last, partial block padded with zeros, so the active
+//!   segment's file may end with fewer than [`ALIGN`] zero bytes after its last batch
+//!   (`file_len > written`). Recovery treats such a tail as padding, not as a torn write
+//!   (`Partition::open`), and the next write replaces it with data. Writing a block again
+//!   is safe against torn writes: bytes below the durable end are the same in the old and
+//!   the new content of the block. A closed segment never keeps padding: the roll writes
+//!   its last block through the page cache, truncates the file to its exact size and
+//!   fsyncs it before the next segment is created.
+//! - Byte `p` of the file sits at a buffer address congruent to `p` modulo [`ALIGN`], so
+//!   blocks go to `O_DIRECT` in place.
+//! - A write error leaves the stage as it was (its bytes are written again by the next
+//!   write-out); the caller cuts the file back to `written` ([`Stage::cut_after_error`]).
+//!
+//! Page cache and direct writes: readers read segment files through the page cache. The
+//! kernel invalidates cached pages of a range after a direct write to it, and readers only
+//! ever read bytes below the durable end, which are identical in every version of a block.
+//! A flush with fewer than [`SMALL_FLUSH`] new bytes writes them through the page cache
+//! (one request either way, and a tailing reader then finds them cached); when a later
+//! `O_DIRECT` write covers that block again, the kernel first writes back and drops the
+//! cached page (clean by then: the flush fsynced it).
+//!
+//! Without `O_DIRECT` (file systems that refuse it at open, devices whose blocks are
+//! larger than [`ALIGN`] and refuse the write with `EINVAL`), the same write-outs go
+//! through the page cache: still one `pwrite` per [`WRITE_CHUNK`] instead of one per batch,
+//! and no padding.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+
+use crate::error::{LogError, Result};
+use crate::segment::SegmentFile;
+
+/// Alignment (buffer address, file offset, length) of `O_DIRECT` writes.
+pub const ALIGN: usize = 4096;
+/// `append` writes the stage out once it holds this many bytes.
+pub const WRITE_CHUNK: usize = 1 << 20;
+/// A flush with fewer new bytes than this writes them through the page cache.
+const SMALL_FLUSH: u64 = 64 << 10;
+/// A stage whose buffer grew past this (a huge batch) gives the memory back when it empties.
+const KEEP_CAPACITY: usize = 4 * WRITE_CHUNK;
+
+#[derive(Debug)]
+enum Direct {
+    /// Not opened yet for the current segment.
+    Untried,
+    Open(File),
+    /// Refused (at open or by a write): buffered writes for the rest of this segment.
+    Off,
+}
+
+/// What a write-out is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOut {
+    /// The stage grew large: write whole blocks, keep the partial one staged.
+    Chunk,
+    /// A flush: write everything (the last block padded with zeros under `O_DIRECT`).
+    Flush,
+    /// The segment is being closed at `upto`: write everything below it and make the file
+    /// exactly `upto` bytes long; staged bytes past `upto` stay (they go to the next
+    /// segment, see [`Stage::restart_at_new_file`]).
+    Close,
+}
+
+/// The unwritten tail of the active segment (see the module docs).
+#[derive(Debug)]
+pub struct Stage {
+    /// `buf[lead..]` holds file bytes `[file_pos, end)`; `buf[..lead]` is unused.
+    buf: Vec<u8>,
+    lead: usize,
+    file_pos: u64,
+    written: u64,
+    /// Length of the file (>= `written`; beyond it only the zero padding of a flush).
+    file_len: u64,
+    direct: Direct,
+    /// Never use `O_DIRECT` (tests of the buffered path).
+    buffered_only: bool,
+}
+
+fn round_up(p: u64) -> u64 {
+    p.div_ceil(ALIGN as u64) * ALIGN as u64
+}
+
+fn round_down(p: u64) -> u64 {
+    p / ALIGN as u64 * ALIGN as u64
+}
+
+/// True if the file's bytes `[valid, len)` are zero padding a flush may have left: fewer
+/// than a block, not crossing a block boundary, all zero.
+pub fn is_padding(seg: &SegmentFile, valid: u64, len: u64) -> Result<bool> {
+    if len <= valid || len > round_up(valid) {
+        return Ok(false);
+    }
+    let mut b = vec![0u8; (len - valid) as usize];
+    seg.read_exact_at(&mut b, valid)?;
+    Ok(b.iter().all(|&x| x == 0))
+}
+
+impl Stage {
+    /// An empty stage for an empty segment file.
+    pub fn new() -> Stage {
+        let mut s = Stage {
+            buf: Vec::new(),
+            lead: 0,
+            file_pos: 0,
+            written: 0,
+            file_len: 0,
+            direct: Direct::Untried,
+            buffered_only: false,
+        };
+        s.realign();
+        s
+    }
+
+    /// The stage of a segment file that holds `size` bytes of data and is `file_len` bytes
+    /// long (recovery may have left padding): stages the partial last block from the file.
+    pub fn resume(seg: &SegmentFile, size: u64, file_len: u64) -> Result<Stage> {
+        let mut s = Stage::new();
+        s.file_pos = round_down(size);
+        s.written = size;
+        s.file_len = file_len.max(size);
+        s.realign();
+        let n = (size - s.file_pos) as usize;
+        let at = s.buf.len();
+        s.buf.resize(at + n, 0);
+        seg.read_exact_at(&mut s.buf[at..], s.file_pos)?;
+        Ok(s)
+    }
+
+    #[cfg(test)]
+    fn new_buffered_only() -> Stage {
+        let mut s = Stage::new();
+        s.buffered_only = true;
+        s
+    }
+
+    /// Bytes not yet written to the file.
+    pub fn unwritten(&self) -> u64 {
+        self.end() - self.written
+    }
+
+    /// The file holds the segment's bytes below this position.
+    #[cfg(test)]
+    fn written(&self) -> u64 {
+        self.written
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len() - self.lead
+    }
+
+    /// File position after the last staged byte.
+    pub fn end(&self) -> u64 {
+        self.file_pos + self.len() as u64
+    }
+
+    /// The buffer to encode into: append to it, then call [`Stage::realign`] (or
+    /// [`Stage::truncate_end`] to undo). Bytes before the current end must not change.
+    pub fn buf_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Where `lead` must be for the current buffer address and `file_pos`.
+    fn wanted_lead(&self) -> usize {
+        let addr = self.buf.as_ptr() as usize % ALIGN;
+        let pos = (self.file_pos % ALIGN as u64) as usize;
+        (pos + ALIGN - addr) % ALIGN
+    }
+
+    /// Restores the address invariant after the buffer was reallocated (it grew while a
+    /// batch was encoded into it) or `file_pos` changed: moves the staged bytes.
+    pub fn realign(&mut self) {
+        if self.wanted_lead() == self.lead {
+            return;
+        }
+        // With ALIGN spare bytes the resize below cannot reallocate (and move) again.
+        self.buf.reserve(ALIGN);
+        let want = self.wanted_lead();
+        let n = self.len();
+        if want > self.lead {
+            self.buf.resize(want + n, 0);
+        }
+        self.buf.copy_within(self.lead..self.lead + n, want);
+        self.buf.truncate(want + n);
+        self.lead = want;
+    }
+
+    /// Drops staged bytes at and after file position `pos` (undoes an append; `pos` is at
+    /// or after `written`).
+    pub fn truncate_end(&mut self, pos: u64) {
+        debug_assert!(pos >= self.written);
+        let keep = pos.saturating_sub(self.file_pos).min(self.len() as u64) as usize;
+        self.buf.truncate(self.lead + keep);
+    }
+
+    /// Drops the first `n` staged bytes (they are in the file) and moves the rest to where
+    /// the address invariant wants them.
+    fn consume(&mut self, n: usize) {
+        let rest = self.len() - n;
+        self.file_pos += n as u64;
+        if rest == 0 {
+            if self.buf.capacity() > KEEP_CAPACITY {
+                self.buf = Vec::new();
+            }
+            self.buf.clear();
+            self.lead = 0;
+            self.realign();
+            return;
+        }
+        let from = self.lead + n;
+        let want = self.wanted_lead();
+        if want + rest > self.buf.len() {
+            self.buf.resize(want + rest, 0);
+        }
+        self.buf.copy_within(from..from + rest, want);
+        self.buf.truncate(want + rest);
+        self.lead = want;
+    }
+
+    /// After a [`WriteOut::Close`] at `upto`: the staged bytes (those past `upto`) are the
+    /// start of a new, empty segment file.
+    pub fn restart_at_new_file(&mut self) {
+        debug_assert_eq!(self.written, self.file_pos);
+        self.file_pos = 0;
+        self.written = 0;
+        self.file_len = 0;
+        self.direct = Direct::Untried;
+        self.realign();
+    }
+
+    fn slice(&self, from: u64, to: u64) -> &[u8] {
+        let a = self.lead + (from - self.file_pos) as usize;
+        let b = self.lead + (to - self.file_pos) as usize;
+        &self.buf[a..b]
+    }
+
+    fn direct_file(&mut self, seg: &SegmentFile) -> Option<&File> {
+        if self.buffered_only || self.file_pos % ALIGN as u64 != 0 {
+            return None;
+        }
+        if let Direct::Untried = self.direct {
+            self.direct = match OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&seg.path)
+            {
+                Ok(f) => Direct::Open(f),
+                Err(e) => {
+                    tracing::debug!(file = %seg.path.display(), error = %e, "O_DIRECT refused; buffered writes");
+                    Direct::Off
+                }
+            };
+        }
+        match &self.direct {
+            Direct::Open(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// One `O_DIRECT` write of staged bytes `[from, to)` (whole blocks; `to` may pass the
+    /// end of the stage by less than a block: zeros are written there). `Ok(false)` if the
+    /// kernel refused `O_DIRECT` for it (`EINVAL`): the stage then uses buffered writes.
+    fn write_direct(&mut self, seg: &SegmentFile, from: u64, to: u64) -> Result<bool> {
+        let end = self.end();
+        if to > end {
+            let extra = (to - end) as usize;
+            if self.buf.capacity() - self.buf.len() < extra {
+                // Grow (and move the bytes back into alignment) first: the zeros must not
+                // make the buffer reallocate under the aligned slice.
+                self.buf.reserve(2 * ALIGN);
+                self.realign();
+            }
+            self.buf.resize(self.buf.len() + extra, 0);
+        }
+        let n = self.len() - (to.saturating_sub(end)) as usize;
+        let r = match &self.direct {
+            Direct::Open(f) => f.write_all_at(self.slice(from, to), from),
+            _ => Ok(()),
+        };
+        self.buf.truncate(self.lead + n);
+        match r {
+            Ok(()) => {
+                self.file_len = self.file_len.max(to);
+                Ok(true)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                tracing::debug!(file = %seg.path.display(), error = %e, "O_DIRECT write refused; buffered writes");
+                self.direct = Direct::Off;
+                Ok(false)
+            }
+            Err(e) => Err(LogError::io("appending to", &seg.path, e)),
+        }
+    }
+
+    fn write_buffered(&mut self, seg: &SegmentFile, from: u64, to: u64) -> Result<()> {
+        if to > from {
+            seg.file
+                .write_all_at(self.slice(from, to), from)
+                .map_err(|e| LogError::io("appending to", &seg.path, e))?;
+            self.file_len = self.file_len.max(to);
+        }
+        Ok(())
+    }
+
+    /// Writes staged bytes to `seg` as `mode` says (`upto` is the end of the stage except
+    /// for [`WriteOut::Close`]). Written bytes leave the stage, except the partial block a
+    /// later `O_DIRECT` write will write again. On error nothing leaves the stage.
+    pub fn write_out(&mut self, seg: &SegmentFile, mode: WriteOut, upto: u64) -> Result<()> {
+        debug_assert!(self.written <= upto && upto <= self.end());
+        debug_assert!(mode == WriteOut::Close || upto == self.end());
+        debug_assert!(self.len() == 0 || self.wanted_lead() == self.lead);
+        let start = self.file_pos;
+        // A small flush goes through the page cache: one request either way, and tailing
+        // readers then find the new bytes cached.
+        let small_flush = mode == WriteOut::Flush && upto - self.written < SMALL_FLUSH;
+        if !small_flush && self.direct_file(seg).is_some() {
+            let to = match mode {
+                WriteOut::Flush => round_up(upto),
+                WriteOut::Chunk | WriteOut::Close => round_down(upto),
+            };
+            let direct_ok = if to > start && upto > self.written {
+                self.write_direct(seg, start, to)?
+            } else {
+                true
+            };
+            if direct_ok {
+                self.written = self.written.max(upto.min(to));
+                if mode == WriteOut::Close {
+                    let from = self.written;
+                    self.write_buffered(seg, from, upto)?;
+                    self.written = upto;
+                    self.close_at(seg, upto)?;
+                    self.consume((upto - start) as usize);
+                } else {
+                    self.consume((round_down(upto) - start) as usize);
+                }
+                return Ok(());
+            }
+        }
+        let from = self.written;
+        self.write_buffered(seg, from, upto)?;
+        self.written = upto;
+        if mode == WriteOut::Close {
+            self.close_at(seg, upto)?;
+        }
+        // Keep the partial block staged while O_DIRECT may still write it whole.
+        let direct_possible =
+            !self.buffered_only && start % ALIGN as u64 == 0 && !matches!(self.direct, Direct::Off);
+        let keep_from = if mode == WriteOut::Close || !direct_possible {
+            upto
+        } else {
+            round_down(upto)
+        };
+        self.consume((keep_from - start) as usize);
+        Ok(())
+    }
+
+    /// Closing the file at `upto`: cuts the padding of an earlier flush off and makes that
+    /// durable before the caller creates the next segment.
+    fn close_at(&mut self, seg: &SegmentFile, upto: u64) -> Result<()> {
+        if self.file_len > upto {
+            seg.file
+                .set_len(upto)
+                .map_err(|e| LogError::io("cutting the padding off", &seg.path, e))?;
+            seg.file.sync_all().map_err(|e| LogError::FsyncFailed {
+                path: seg.path.clone(),
+                source: e,
+            })?;
+            self.file_len = upto;
+        }
+        Ok(())
+    }
+
+    /// After a failed write-out: cuts the file back to `written`, so it holds no partial
+    /// batch (or padding) past it.
+    pub fn cut_after_error(&mut self, seg: &SegmentFile) -> std::io::Result<()> {
+        seg.file.set_len(self.written)?;
+        self.file_len = self.written;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn direct_supported(dir: &std::path::Path) -> bool {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(dir.join("probe"))
+            .is_ok()
+    }
+
+    /// Random appends, undos, chunk and flush write-outs, reopen (resume) and closes; the
+    /// file must always hold exactly the bytes below `written`, followed by nothing but
+    /// padding.
+    fn exercise(buffered_only: bool) {
+        let dir = tempfile::tempdir().unwrap();
+        let direct = !buffered_only && direct_supported(dir.path());
+        let mut base = 0u64;
+        let mut seg = SegmentFile::create(dir.path(), base).unwrap();
+        let mut stage = if buffered_only {
+            Stage::new_buffered_only()
+        } else {
+            Stage::new()
+        };
+        let mut truth: Vec<u8> = Vec::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut used_direct = false;
+        for round in 0..600 {
+            let n = match next() % 10 {
+                0 => (next() % (3 * WRITE_CHUNK as u64)) as usize,
+                1..=3 => (next() % 20_000) as usize,
+                _ => (next() % 700) as usize,
+            };
+            let fill = (round % 251 + 1) as u8;
+            stage.buf_mut().extend(std::iter::repeat_n(fill, n));
+            stage.realign();
+            truth.extend(std::iter::repeat_n(fill, n));
+            assert_eq!(stage.end(), truth.len() as u64);
+            let addr = stage.buf.as_ptr() as usize + stage.lead;
+            assert_eq!(addr % ALIGN, (stage.file_pos % ALIGN as u64) as usize);
+            match next() % 8 {
+                0 | 1 => stage.write_out(&seg, WriteOut::Flush, stage.end()).unwrap(),
+                2 if stage.unwritten() >= WRITE_CHUNK as u64 => {
+                    stage.write_out(&seg, WriteOut::Chunk, stage.end()).unwrap()
+                }
+                3 => {
+                    // Undo part of the last append.
+                    let keep = (truth.len() - n / 2) as u64;
+                    if keep >= stage.written() {
+                        stage.truncate_end(keep);
+                        truth.truncate(keep as usize);
+                    }
+                }
+                4 => {
+                    // Reopen: the file as recovery leaves it (padding kept).
+                    stage.write_out(&seg, WriteOut::Flush, stage.end()).unwrap();
+                    let len = seg.len().unwrap();
+                    let size = truth.len() as u64;
+                    assert!(len == size || is_padding(&seg, size, len).unwrap());
+                    drop(stage);
+                    seg = SegmentFile::open(seg.path.clone(), base).unwrap();
+                    stage = Stage::resume(&seg, size, len).unwrap();
+                    stage.buffered_only = buffered_only;
+                }
+                5 if truth.len() > 1 => {
+                    // Roll in the middle of the last append: the rest starts a new file.
+                    let at = truth.len() as u64
+                        - (next() % (n as u64 + 1)).min(truth.len() as u64 - stage.written());
+                    stage.write_out(&seg, WriteOut::Close, at).unwrap();
+                    assert_eq!(std::fs::read(&seg.path).unwrap(), &truth[..at as usize]);
+                    truth.drain(..at as usize);
+                    base += 1;
+                    seg = SegmentFile::create(dir.path(), base).unwrap();
+                    stage.restart_at_new_file();
+                }
+                _ => {}
+            }
+            used_direct |= matches!(stage.direct, Direct::Open(_));
+            assert_eq!(stage.end(), truth.len() as u64);
+            let w = stage.written() as usize;
+            let len = seg.len().unwrap();
+            assert!(len >= w as u64);
+            let mut got = vec![0u8; len as usize];
+            seg.read_exact_at(&mut got, 0).unwrap();
+            assert!(got[..w] == truth[..w], "file differs at round {round}");
+            assert!(
+                got[w..].iter().all(|&b| b == 0) && len <= round_up(w as u64).max(w as u64),
+                "more than padding after the data at round {round}"
+            );
+        }
+        stage.write_out(&seg, WriteOut::Flush, stage.end()).unwrap();
+        let got = std::fs::read(&seg.path).unwrap();
+        assert_eq!(&got[..truth.len()], &truth[..]);
+        assert_eq!(used_direct, direct);
+    }
+
+    #[test]
+    fn stage_writes_exactly_the_appended_bytes_direct() {
+        // ext4/xfs accept O_DIRECT; tmpfs refuses it and the stage falls back.
+        exercise(false);
+    }
+
+    #[test]
+    fn stage_writes_exactly_the_appended_bytes_buffered() {
+        exercise(true);
+    }
+}
