@@ -74,8 +74,9 @@ impl SnapshotMarker {
 /// next ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TransactionInfo {
-    /// Postgres: `txid:lsn`; MySQL: the GTID or `file:pos`.
-    pub id: String,
+    /// Postgres: `txid:lsn`; MySQL: the GTID or `file:pos`. Shared by the transaction's
+    /// events (made once per transaction, not per event).
+    pub id: Arc<str>,
     /// 1-based position of the event among all events of the transaction.
     pub total_order: u64,
     /// 1-based position among the transaction's events for the same table.
@@ -258,13 +259,13 @@ impl ChangeEvent {
                     + r.0.iter().map(heap).sum::<usize>()
             })
         };
+        // (The transaction id is shared with the other events of its transaction.)
         std::mem::size_of::<Self>()
             + row(&self.before)
             + row(&self.after)
             + self.message.as_ref().map_or(0, |m| {
                 m.prefix.capacity() + m.content.capacity() + 2 * BLOCK
             })
-            + self.tx.as_ref().map_or(0, |t| t.id.capacity() + BLOCK)
     }
 
     /// True when an update changed the key: Debezium then emits a delete of the old key

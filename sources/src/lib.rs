@@ -33,6 +33,9 @@ pub struct ChangeBatch {
     /// record of this batch and of the batches before it is durable, this position may be
     /// acknowledged to the source database.
     pub commit: Option<SourcePosition>,
+    /// The sum of the events' [`ChangeEvent::approx_size`], when the source computed it as
+    /// it made them (their memory is in cache then); 0 = not computed, the queue does.
+    pub approx_bytes: u64,
 }
 
 /// What a running source is given by the pipeline.

@@ -35,6 +35,13 @@ pub struct Queued {
     _permit: OwnedSemaphorePermit,
 }
 
+impl Queued {
+    /// The batch's estimated size in bytes (what it holds of the budget).
+    pub fn bytes(&self) -> u64 {
+        self._permit.num_permits() as u64 * UNIT
+    }
+}
+
 /// The pipeline's end of the queue.
 pub struct BatchReceiver {
     rx: mpsc::UnboundedReceiver<Queued>,
@@ -77,13 +84,22 @@ impl BatchReceiver {
 
 /// What a batch costs, in budget units.
 fn cost(batch: &ChangeBatch) -> u64 {
-    let bytes: usize = std::mem::size_of::<ChangeBatch>()
-        + batch.events.capacity() * std::mem::size_of::<ChangeEvent>()
-        + batch
+    // The events' own structs are counted by the vector's capacity, the rest by walking
+    // them — unless the source summed `approx_size` as it made them: walking a batch here,
+    // on another thread, misses the cache on every row.
+    let heap = if batch.approx_bytes > 0 {
+        (batch.approx_bytes as usize)
+            .saturating_sub(batch.events.len() * std::mem::size_of::<ChangeEvent>())
+    } else {
+        batch
             .events
             .iter()
             .map(|e| e.approx_size() - std::mem::size_of::<ChangeEvent>())
-            .sum::<usize>();
+            .sum::<usize>()
+    };
+    let bytes: usize = std::mem::size_of::<ChangeBatch>()
+        + batch.events.capacity() * std::mem::size_of::<ChangeEvent>()
+        + heap;
     (bytes as u64).div_ceil(UNIT).max(1)
 }
 
@@ -149,6 +165,7 @@ mod tests {
                 })
                 .collect(),
             commit: None,
+            approx_bytes: 0,
         }
     }
 

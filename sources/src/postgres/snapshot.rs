@@ -1031,8 +1031,14 @@ impl Sequencer {
         }
     }
 
-    /// Sends `events` (rows of table `table`, in read order), holding the newest back.
-    async fn emit(&self, table: usize, mut events: Vec<ChangeEvent>) -> Result<(), SourceError> {
+    /// Sends `events` (rows of table `table`, in read order, `bytes` their
+    /// [`ChangeEvent::approx_size`]), holding the newest back.
+    async fn emit(
+        &self,
+        table: usize,
+        mut events: Vec<ChangeEvent>,
+        bytes: u64,
+    ) -> Result<(), SourceError> {
         if events.is_empty() {
             return Ok(());
         }
@@ -1048,12 +1054,17 @@ impl Sequencer {
         }
         t.rows += n as u64;
         let newest = events.pop();
-        let mut batch = Vec::with_capacity(n + 1);
-        batch.extend(st.tail.take());
-        batch.extend(std::mem::replace(&mut t.held, newest));
-        batch.append(&mut events);
+        let bytes = bytes.saturating_sub(newest.as_ref().map_or(0, |e| e.approx_size() as u64));
+        // The records held back so far go first, as a batch of their own: prepending them
+        // would move every event of the batch.
+        let mut front = Vec::new();
+        front.extend(st.tail.take());
+        front.extend(std::mem::replace(&mut t.held, newest));
         self.progress.rows.fetch_add(n as u64, Ordering::Relaxed);
-        self.send(st, batch).await
+        if !front.is_empty() {
+            self.send(st, front, 0).await?;
+        }
+        self.send(st, events, bytes).await
     }
 
     /// One chunk of `table` is read completely.
@@ -1073,7 +1084,7 @@ impl Sequencer {
         };
         last.snapshot = SnapshotMarker::LastInDataCollection;
         match st.tail.replace(last) {
-            Some(previous) => self.send(st, vec![previous]).await,
+            Some(previous) => self.send(st, vec![previous], 0).await,
             None => Ok(()),
         }
     }
@@ -1085,7 +1096,7 @@ impl Sequencer {
         match st.tail.take() {
             Some(mut last) => {
                 last.snapshot = SnapshotMarker::Last;
-                self.send(st, vec![last]).await
+                self.send(st, vec![last], 0).await
             }
             None => Ok(()),
         }
@@ -1095,6 +1106,7 @@ impl Sequencer {
         &self,
         st: &mut SeqState,
         mut events: Vec<ChangeEvent>,
+        approx_bytes: u64,
     ) -> Result<(), SourceError> {
         let Some(first) = events.first_mut() else {
             return Ok(());
@@ -1109,6 +1121,7 @@ impl Sequencer {
             .send(ChangeBatch {
                 events,
                 commit: None,
+                approx_bytes,
             })
             .await
             .map_err(|_| SourceError::Transient {
@@ -1155,9 +1168,13 @@ async fn read_chunk(
     let ts = now_ms();
     let schema = &t.rel.schema;
     let mut events: Vec<ChangeEvent> = Vec::with_capacity(batch_events);
-    let push = |events: &mut Vec<ChangeEvent>, row: Row| -> Result<(), String> {
-        let ev = ChangeEvent::read(schema.clone(), row, pos.clone(), ts);
-        events.push(ev.map_err(|e| e.to_string())?);
+    // approx_size of `events`, summed while each event is still in cache.
+    let mut bytes = 0u64;
+    let push = |events: &mut Vec<ChangeEvent>, bytes: &mut u64, row: Row| -> Result<(), String> {
+        let ev =
+            ChangeEvent::read(schema.clone(), row, pos.clone(), ts).map_err(|e| e.to_string())?;
+        *bytes += ev.approx_size() as u64;
+        events.push(ev);
         Ok(())
     };
     let bad = |e: String| SourceError::Definite {
@@ -1168,17 +1185,17 @@ async fn read_chunk(
     while let Some(data) = stream.next().await {
         let data = data.map_err(|e| pg_err("reading a snapshot chunk", e))?;
         decoder
-            .feed(&t.rel, &data, &mut |row| push(&mut events, row))
+            .feed(&t.rel, &data, &mut |row| push(&mut events, &mut bytes, row))
             .map_err(bad)?;
         if events.len() >= batch_events {
             let full = std::mem::replace(&mut events, Vec::with_capacity(batch_events));
-            seq.emit(t.index, full).await?;
+            seq.emit(t.index, full, std::mem::take(&mut bytes)).await?;
         }
     }
     decoder
-        .finish(&t.rel, &mut |row| push(&mut events, row))
+        .finish(&t.rel, &mut |row| push(&mut events, &mut bytes, row))
         .map_err(bad)?;
-    seq.emit(t.index, events).await
+    seq.emit(t.index, events, bytes).await
 }
 
 pub(crate) fn now_ms() -> i64 {
@@ -1252,7 +1269,7 @@ mod tests {
                         .iter()
                         .map(|i| ev(&t, *i + 1000 * table as i32))
                         .collect();
-                    seq.emit(table, evs).await.unwrap();
+                    seq.emit(table, evs, 0).await.unwrap();
                 }
                 None => seq.chunk_done(table).await.unwrap(),
             }

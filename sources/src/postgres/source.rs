@@ -396,6 +396,7 @@ async fn run(
                     ChangeBatch {
                         events: Vec::new(),
                         commit: Some(SourcePosition::Postgres(PgPosition::default())),
+                        approx_bytes: 0,
                     },
                 )
                 .await?;
@@ -439,6 +440,7 @@ async fn run(
                         tx_id: None,
                         xmin: None,
                     })),
+                    approx_bytes: 0,
                 },
             )
             .await?;
@@ -483,8 +485,12 @@ struct OpenTx {
     ts_ms: i64,
     skip: bool,
     events: Vec<ChangeEvent>,
+    /// [`ChangeEvent::approx_size`] of `events`.
+    events_bytes: u64,
     total: u64,
     per_table: HashMap<TableId, u64>,
+    /// `xid:final_lsn`, Debezium's transaction id; shared by the transaction's events.
+    tx_id: Option<Arc<str>>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -618,8 +624,10 @@ async fn stream(
                     ts_ms: b.commit_ts / 1000 + PG_EPOCH_MS,
                     skip: b.final_lsn < last_emitted,
                     events: Vec::new(),
+                    events_bytes: 0,
                     total: 0,
                     per_table: HashMap::new(),
+                    tx_id: None,
                 });
             }
             PgOutputMessage::Relation(r) => {
@@ -663,6 +671,7 @@ async fn stream(
                             ChangeBatch {
                                 events,
                                 commit: Some(pos),
+                                approx_bytes: 0,
                             },
                         )
                         .await
@@ -717,8 +726,10 @@ async fn stream(
                     ts_ms: c.commit_ts / 1000 + PG_EPOCH_MS,
                     skip: false,
                     events: Vec::new(),
+                    events_bytes: 0,
                     total: 0,
                     per_table: HashMap::new(),
+                    tx_id: None,
                 };
                 match dec.replay(open, reader, &mut shutdown).await {
                     Ok(Some(open)) => {
@@ -818,15 +829,21 @@ impl Decoding<'_> {
         });
         for mut ev in to_events(&self.cache, self.filter, msg, pos, open.ts_ms)? {
             open.total += 1;
-            let key = ev
-                .table
-                .as_ref()
-                .map(|t| t.id.clone())
-                .unwrap_or_else(|| TableId::new("", ""));
-            let n = open.per_table.entry(key).or_insert(0);
+            // Looked up by reference: no key allocated per event.
+            let n = match ev.table.as_ref() {
+                Some(t) => match open.per_table.get_mut(&t.id) {
+                    Some(n) => n,
+                    None => open.per_table.entry(t.id.clone()).or_insert(0),
+                },
+                None => open.per_table.entry(TableId::new("", "")).or_insert(0),
+            };
             *n += 1;
+            let id = open
+                .tx_id
+                .get_or_insert_with(|| format!("{}:{}", open.xid, open.final_lsn.0).into())
+                .clone();
             ev.tx = Some(TransactionInfo {
-                id: format!("{}:{}", open.xid, open.final_lsn.0),
+                id,
                 total_order: open.total,
                 data_collection_order: *n,
             });
@@ -835,6 +852,7 @@ impl Decoding<'_> {
                 open.total += 1;
                 *n += 1;
             }
+            open.events_bytes += ev.approx_size() as u64;
             open.events.push(ev);
         }
         if open.events.len() >= self.max {
@@ -844,6 +862,7 @@ impl Decoding<'_> {
                 ChangeBatch {
                     events,
                     commit: None,
+                    approx_bytes: std::mem::take(&mut open.events_bytes),
                 },
             )
             .await?;
@@ -943,6 +962,7 @@ impl Decoding<'_> {
             ChangeBatch {
                 events: open.events,
                 commit: Some(pos),
+                approx_bytes: open.events_bytes,
             },
         )
         .await
