@@ -27,31 +27,41 @@
 //! pipeline stops mid-transaction the partial records are left unflushed (the supervisor
 //! drops the log, which discards them like a crash would).
 //!
+//! # Encoding in parallel
+//!
+//! The pipeline task registers schemas and appends; encoding runs beside it ([`encode`]):
+//! each batch is cut into jobs of about 1 MiB of decoded events, encoded on the blocking
+//! pool (up to one job per core in flight), and appended strictly in the order the batches
+//! arrived. Flushes, the `partial` rule above and group commit are applied as jobs are
+//! appended, so they see exactly the records appended so far.
+//!
 //! # Memory
 //!
 //! Bounded by configuration, not by the workload: the queue from the source holds at most
-//! `source.max_queued_bytes` of decoded events ([`queue`]); a batch (at most
-//! `source.max_batch_events` events) is encoded into reused buffers
-//! ([`cdc_schemas::encode::RecordBuf`], no allocation per record) and appended in pieces
-//! of about `APPEND_CHUNK_BYTES` (1 MiB).
+//! `source.max_queued_bytes` of decoded events ([`queue`]), and a batch keeps its share of
+//! that budget until its last job has encoded it; the jobs in flight hold their encoded
+//! records (about 1 MiB of events each, in reused [`cdc_schemas::encode::RecordBuf`]s: no
+//! allocation per record) until they are appended in pieces of about
+//! `APPEND_CHUNK_BYTES` (1 MiB).
 
+mod encode;
 pub mod progress;
 pub mod queue;
 pub mod run;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdc_log::{HeaderRef, Log, NewRecord, Topic, TopicConfig};
 use cdc_schemas::compat::CompatibilityLevel;
-use cdc_schemas::encode::{Encoder, EncoderConfig, RecordBuf, SchemaIds, TopicRouter};
+use cdc_schemas::encode::{EncodeError, Encoder, EncoderConfig, RecordBuf, SchemaIds, TopicRouter};
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
 use cdc_schemas::{ChangeEvent, Op, SourcePosition, TableId, TableSchema};
-use cdc_sources::ChangeBatch;
 use tokio::sync::watch;
 
-use queue::{BatchReceiver, TryRecvError};
+use encode::{BufPool, Encoders, Job, Piece, Segment, TableState};
+use queue::{BatchReceiver, Queued, TryRecvError};
 
 /// Encoded bytes per log append: a source batch is appended in pieces of about this size,
 /// so the encode buffer and the log's batch buffer stay small whatever the batch size.
@@ -81,6 +91,8 @@ pub enum PipelineError {
     Registry(RegistryError),
     #[error("encoding a record: {0}")]
     Encode(#[from] cdc_schemas::encode::EncodeError),
+    #[error("an encoding task failed: {0}. Nothing of its batch was appended or acknowledged; report this as a bug")]
+    EncodeTask(String),
     #[error("the embedded log: {0}")]
     Log(#[from] cdc_log::LogError),
 }
@@ -105,27 +117,60 @@ pub struct PipelineStats {
     pub last_durable: Option<SourcePosition>,
 }
 
-struct TableState {
-    schema: Arc<TableSchema>,
-    encoder: Encoder,
-    topic: Topic,
+/// Where a job is.
+enum Work {
+    Running(tokio::task::JoinHandle<Result<Vec<Piece>, EncodeError>>),
+    Done(Result<Vec<Piece>, EncodeError>),
 }
+
+/// A job handed to the encoding stage, and what the pipeline does when it is appended.
+struct InFlight {
+    work: Work,
+    /// The first job of a chunk of a transaction (a batch without a commit): the pending
+    /// commit is flushed before any of it is appended.
+    flush_before: bool,
+    /// On the last job of a batch.
+    end: Option<BatchEnd>,
+    /// Record timestamp (ms).
+    ts: i64,
+}
+
+struct BatchEnd {
+    events: usize,
+    commit: Option<SourcePosition>,
+}
+
+/// A job of at most this many events is encoded inline when nothing is in flight: a
+/// small transaction is not worth a trip to another thread.
+const INLINE_EVENTS: usize = 64;
 
 pub struct Pipeline {
     log: Log,
     registry: Arc<dyn SchemaRegistry>,
     cfg: PipelineConfig,
-    tables: HashMap<TableId, TableState>,
-    messages: Option<(Encoder, Topic)>,
+    /// Every registered encoder; copy-on-write, shared with the jobs in flight.
+    encoders: Arc<Encoders>,
     topics: HashMap<String, Topic>,
     durable: watch::Sender<Option<SourcePosition>>,
     pending: Option<(SourcePosition, Instant)>,
     bytes_since_flush: u64,
     stats: PipelineStats,
-    /// Encoded records waiting to be appended (reused: no allocation per record).
-    encoded: RecordBuf,
+    /// Jobs in the order their records must be appended.
+    inflight: VecDeque<InFlight>,
+    /// Jobs allowed in flight before the pipeline waits for the oldest.
+    max_inflight: usize,
+    pool: BufPool,
     /// Records of a transaction whose commit is not appended yet are in the log.
     partial: bool,
+}
+
+impl InFlight {
+    fn is_finished(&self) -> bool {
+        match &self.work {
+            Work::Running(h) => h.is_finished(),
+            Work::Done(_) => true,
+        }
+    }
 }
 
 impl Pipeline {
@@ -135,18 +180,20 @@ impl Pipeline {
         cfg: PipelineConfig,
         durable: watch::Sender<Option<SourcePosition>>,
     ) -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Pipeline {
             log,
             registry,
             cfg,
-            tables: HashMap::new(),
-            messages: None,
+            encoders: Arc::new(Encoders::default()),
             topics: HashMap::new(),
             durable,
             pending: None,
             bytes_since_flush: 0,
             stats: PipelineStats::default(),
-            encoded: RecordBuf::new(),
+            inflight: VecDeque::new(),
+            max_inflight: cores.clamp(2, 8),
+            pool: BufPool::default(),
             partial: false,
         }
     }
@@ -162,7 +209,8 @@ impl Pipeline {
         // transaction is appended (a batch failed half way, or the source stopped inside
         // a large transaction): a flush would make that part durable under the previous
         // checkpoint and a restart would append it again. The complete transactions are
-        // then not acknowledged either, and the source sends them again.
+        // then not acknowledged either, and the source sends them again. (Jobs still in
+        // flight after an error were never appended: their batches are not acknowledged.)
         let r2 = if self.partial {
             if self.pending.is_some() {
                 tracing::warn!("part of a transaction is appended: not flushing; the unacknowledged transactions are read again on restart");
@@ -176,33 +224,42 @@ impl Pipeline {
 
     async fn run_inner(&mut self, rx: &mut BatchReceiver) -> Result<(), PipelineError> {
         loop {
+            // Append whatever is encoded already, in order.
+            while self.inflight.front().is_some_and(InFlight::is_finished) {
+                self.complete_front().await?;
+            }
             let queued = match rx.try_recv() {
                 Ok(b) => b,
+                Err(TryRecvError::Empty) if !self.inflight.is_empty() => {
+                    self.complete_front().await?;
+                    continue;
+                }
                 Err(TryRecvError::Empty) => {
-                    // Nothing queued (nor on its way): the group ends here.
+                    // Nothing queued (nor on its way) and nothing in flight: the group
+                    // ends here.
                     if !rx.more_coming() {
                         self.flush_pending().await?;
                     }
                     match rx.recv().await {
                         Some(b) => b,
-                        None => return Ok(()),
+                        None => return self.drain().await,
                     }
                 }
-                Err(TryRecvError::Disconnected) => return Ok(()),
+                Err(TryRecvError::Disconnected) => return self.drain().await,
             };
-            // `queued` holds the batch's share of the queue's memory budget until the
-            // batch is appended and dropped.
-            let mut queued = queued;
-            self.process(&mut queued.batch).await?;
-            drop(queued);
-            if let Some((_, since)) = &self.pending {
-                if self.bytes_since_flush >= self.cfg.group_commit_bytes
-                    || since.elapsed() >= self.cfg.group_commit
-                {
-                    self.flush_pending().await?;
-                }
+            self.submit(queued).await?;
+            while self.inflight.len() > self.max_inflight {
+                self.complete_front().await?;
             }
         }
+    }
+
+    /// Appends every job in flight.
+    async fn drain(&mut self) -> Result<(), PipelineError> {
+        while !self.inflight.is_empty() {
+            self.complete_front().await?;
+        }
+        Ok(())
     }
 
     async fn flush_pending(&mut self) -> Result<(), PipelineError> {
@@ -227,64 +284,148 @@ impl Pipeline {
         Ok(())
     }
 
-    async fn process(&mut self, batch: &mut ChangeBatch) -> Result<(), PipelineError> {
-        if batch.commit.is_none() && !batch.events.is_empty() {
-            // A chunk of a transaction: never flush once part of it is appended.
-            self.flush_pending().await?;
-        }
+    /// Prepares (registers) the schemas of a batch and hands its events to the encoding
+    /// stage as jobs; nothing is appended here.
+    async fn submit(&mut self, mut queued: Queued) -> Result<(), PipelineError> {
+        let commit = queued.batch.commit.take();
+        let n = queued.batch.events.len();
         let now_ns = now_ns();
         let ts = now_ns / 1_000_000;
         // A batch may hold two versions of a table's schema (a Relation in the middle of a
-        // transaction): it is taken in segments within which each table has one version,
-        // each segment's schemas prepared (registered) before any of its records is
-        // appended. An incompatible change therefore appends nothing from there on.
-        let events = &batch.events;
-        let mut start = 0;
-        while start < events.len() {
-            let mut end = start;
-            let mut versions: HashMap<&TableId, &Arc<TableSchema>> = HashMap::new();
-            let mut last: Option<&Arc<TableSchema>> = None;
-            while end < events.len() {
-                if let Some(t) = events[end].table.as_ref() {
-                    // Runs of events sharing one schema (the same Arc) need one check.
-                    if !last.is_some_and(|l| Arc::ptr_eq(l, t)) {
-                        match versions.get(&t.id) {
-                            Some(v) if !Arc::ptr_eq(v, t) && ***v != **t => break,
-                            Some(_) => {}
-                            None => {
-                                versions.insert(&t.id, t);
+        // transaction): it is taken in segments within which each table has one version.
+        // Every segment's schemas are registered before any record of the batch is
+        // appended, so an incompatible change appends nothing of the batch, and each
+        // segment keeps the encoders of its own versions.
+        let mut segments: Vec<Segment> = Vec::new();
+        {
+            let events = &queued.batch.events;
+            let mut start = 0;
+            while start < n {
+                let mut end = start;
+                let mut versions: HashMap<&TableId, &Arc<TableSchema>> = HashMap::new();
+                let mut last: Option<&Arc<TableSchema>> = None;
+                while end < n {
+                    if let Some(t) = events[end].table.as_ref() {
+                        // Runs of events sharing one schema (the same Arc) need one check.
+                        if !last.is_some_and(|l| Arc::ptr_eq(l, t)) {
+                            match versions.get(&t.id) {
+                                Some(v) if !Arc::ptr_eq(v, t) && ***v != **t => break,
+                                Some(_) => {}
+                                None => {
+                                    versions.insert(&t.id, t);
+                                }
                             }
+                            self.prepare(&events[end]).await?;
+                            last = Some(t);
                         }
+                    } else if events[end].op == Op::Message {
                         self.prepare(&events[end]).await?;
-                        last = Some(t);
                     }
-                } else if events[end].op == Op::Message {
-                    self.prepare(&events[end]).await?;
+                    end += 1;
                 }
-                end += 1;
+                segments.push(Segment {
+                    range: start..end,
+                    encoders: self.encoders.clone(),
+                });
+                start = end;
             }
+        }
+        // Jobs of about JOB_BYTES of decoded events (the queue measured the batch).
+        let per_job = if n == 0 {
+            1
+        } else {
+            ((n as u64 * encode::JOB_BYTES) / queued.bytes().max(1)).max(1) as usize
+        };
+        let batch = Arc::new(queued);
+        let mut jobs: Vec<Job> = Vec::new();
+        for seg in segments {
+            for range in encode::split(seg.range, per_job) {
+                jobs.push(Job {
+                    batch: batch.clone(),
+                    segments: vec![Segment {
+                        range,
+                        encoders: seg.encoders.clone(),
+                    }],
+                    now_ns,
+                });
+            }
+        }
+        drop(batch);
+        let chunk_of_tx = commit.is_none() && n > 0;
+        let end = BatchEnd { events: n, commit };
+        if jobs.is_empty() {
+            self.inflight.push_back(InFlight {
+                work: Work::Done(Ok(Vec::new())),
+                flush_before: false,
+                end: Some(end),
+                ts,
+            });
+            return Ok(());
+        }
+        let count = jobs.len();
+        let mut end = Some(end);
+        for (i, job) in jobs.into_iter().enumerate() {
+            let events: usize = job.segments.iter().map(|s| s.range.len()).sum();
+            let work = if self.inflight.is_empty() && count == 1 && events <= INLINE_EVENTS {
+                Work::Done(job.run(&self.pool))
+            } else {
+                let pool = self.pool.clone();
+                Work::Running(tokio::task::spawn_blocking(move || job.run(&pool)))
+            };
+            self.inflight.push_back(InFlight {
+                work,
+                flush_before: i == 0 && chunk_of_tx,
+                end: if i + 1 == count { end.take() } else { None },
+                ts,
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends the oldest job's records (waiting for its encoding) and applies its batch's
+    /// end: the commit becomes pending, group commit may flush.
+    async fn complete_front(&mut self) -> Result<(), PipelineError> {
+        let Some(job) = self.inflight.pop_front() else {
+            return Ok(());
+        };
+        let encoded = match job.work {
+            Work::Done(r) => r,
+            Work::Running(h) => h
+                .await
+                .map_err(|e| PipelineError::EncodeTask(e.to_string()))?,
+        };
+        if job.flush_before {
+            // A chunk of a transaction: never flush once part of it is appended.
+            self.flush_pending().await?;
+        }
+        let pieces = encoded?;
+        if !pieces.is_empty() {
             // From the first append of a batch until its commit is appended, the log holds
             // part of a transaction: no flush may cover it.
             self.partial = true;
-            // Encode into one reused buffer; append per run of events of one topic (order
-            // within a topic is preserved), in pieces of about APPEND_CHUNK_BYTES.
-            let mut buf = std::mem::take(&mut self.encoded);
-            buf.clear();
-            let r = self.encode_and_append(&events[start..end], now_ns, ts, &mut buf);
-            buf.clear();
-            if buf.bytes.capacity() > 4 * APPEND_CHUNK_BYTES {
-                // One huge record grew it: give the memory back.
-                buf.bytes.shrink_to(APPEND_CHUNK_BYTES);
-            }
-            self.encoded = buf;
-            r?;
-            start = end;
         }
-        if batch.commit.is_some() || events.is_empty() {
+        let mut result = Ok(());
+        for p in pieces {
+            if result.is_ok() {
+                match append_encoded(&p.topic, &p.buf, job.ts) {
+                    Ok((records, bytes)) => {
+                        self.stats.records += records;
+                        self.bytes_since_flush += bytes;
+                    }
+                    Err(e) => result = Err(e),
+                }
+            }
+            self.pool.give(p.buf);
+        }
+        result?;
+        let Some(end) = job.end else {
+            return Ok(());
+        };
+        if end.commit.is_some() || end.events == 0 {
             self.partial = false;
         }
-        self.stats.events += batch.events.len() as u64;
-        if let Some(pos) = batch.commit.take() {
+        self.stats.events += end.events as u64;
+        if let Some(pos) = end.commit {
             self.stats.transactions += 1;
             let since = self
                 .pending
@@ -293,52 +434,12 @@ impl Pipeline {
                 .unwrap_or_else(Instant::now);
             self.pending = Some((pos, since));
         }
-        Ok(())
-    }
-
-    /// Encodes `events` into `buf` and appends it whenever the topic changes or a piece is
-    /// full, and at the end.
-    fn encode_and_append(
-        &mut self,
-        events: &[ChangeEvent],
-        now_ns: i64,
-        ts: i64,
-        buf: &mut RecordBuf,
-    ) -> Result<(), PipelineError> {
-        let mut current: Option<&Topic> = None;
-        // The table state of the previous event, by its schema's Arc: no lookup per event.
-        let mut cached: Option<(&Arc<TableSchema>, &TableState)> = None;
-        for ev in events {
-            let (enc, topic) = if ev.op == Op::Message {
-                let (e, t) = self.messages.as_ref().expect("prepared");
-                (e, t)
-            } else {
-                let schema = ev.table.as_ref().expect("table event");
-                let st = match cached {
-                    Some((s, st)) if Arc::ptr_eq(s, schema) => st,
-                    _ => {
-                        let st = self.tables.get(&schema.id).expect("prepared");
-                        cached = Some((schema, st));
-                        st
-                    }
-                };
-                (&st.encoder, &st.topic)
-            };
-            if let Some(cur) = current {
-                if cur.name() != topic.name() || buf.bytes.len() >= APPEND_CHUNK_BYTES {
-                    let (records, bytes) = append_encoded(cur, buf, ts)?;
-                    self.stats.records += records;
-                    self.bytes_since_flush += bytes;
-                    buf.clear();
-                }
+        if let Some((_, since)) = &self.pending {
+            if self.bytes_since_flush >= self.cfg.group_commit_bytes
+                || since.elapsed() >= self.cfg.group_commit
+            {
+                self.flush_pending().await?;
             }
-            current = Some(topic);
-            enc.records_into(ev, now_ns, buf)?;
-        }
-        if let Some(cur) = current {
-            let (records, bytes) = append_encoded(cur, buf, ts)?;
-            self.stats.records += records;
-            self.bytes_since_flush += bytes;
         }
         Ok(())
     }
@@ -357,7 +458,7 @@ impl Pipeline {
     /// Makes sure the encoder for `ev`'s table schema exists and its schemas are registered.
     async fn prepare(&mut self, ev: &ChangeEvent) -> Result<(), PipelineError> {
         if ev.op == Op::Message {
-            if self.messages.is_some() {
+            if self.encoders.messages.is_some() {
                 return Ok(());
             }
             let mut enc = Encoder::for_messages(&self.cfg.encoder)?;
@@ -370,13 +471,13 @@ impl Pipeline {
                 .await?;
             enc.set_schema_ids(ids);
             let topic = self.topic(&topic)?;
-            self.messages = Some((enc, topic));
+            Arc::make_mut(&mut self.encoders).messages = Some(Arc::new((enc, topic)));
             return Ok(());
         }
         let Some(schema) = ev.table.as_ref() else {
             return Ok(());
         };
-        let previous = match self.tables.get(&schema.id) {
+        let previous = match self.encoders.tables.get(&schema.id) {
             Some(st) if Arc::ptr_eq(&st.schema, schema) || *st.schema == **schema => return Ok(()),
             Some(st) => Some(st.schema.clone()),
             None => None,
@@ -394,13 +495,13 @@ impl Pipeline {
         enc.set_schema_ids(ids);
         tracing::info!(table = %schema.id, topic, key_id = ?ids.key, value_id = ids.value, "schema registered");
         let topic = self.topic(&topic)?;
-        self.tables.insert(
+        Arc::make_mut(&mut self.encoders).tables.insert(
             schema.id.clone(),
-            TableState {
+            Arc::new(TableState {
                 schema: schema.clone(),
                 encoder: enc,
                 topic,
-            },
+            }),
         );
         Ok(())
     }
@@ -543,4 +644,163 @@ fn now_ns() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The pipeline against a real embedded log and the embedded registry: order, batch
+    //! ends and schema versions survive the parallel encoding stage.
+    use super::*;
+    use cdc_log::{LogOptions, StartAt};
+    use cdc_schemas::encode::{ConnectorKind, RecordFormat, SourceInfo};
+    use cdc_schemas::{Column, ColumnType, Lsn, PgPosition, Row, Value};
+    use cdc_sources::ChangeBatch;
+
+    fn table(name: &str, extra: bool) -> Arc<TableSchema> {
+        let mut cols = vec![
+            Column::new("id", ColumnType::Int64, "int8").not_null(),
+            Column::new("v", ColumnType::Text { max_len: None }, "text"),
+        ];
+        if extra {
+            cols.push(Column::new("w", ColumnType::Int32, "int4"));
+        }
+        Arc::new(TableSchema::new(TableId::new("public", name), cols, &["id"]).unwrap())
+    }
+
+    fn pos(lsn: u64) -> SourcePosition {
+        SourcePosition::Postgres(PgPosition {
+            commit_lsn: Lsn(lsn),
+            lsn: Lsn(lsn),
+            tx_id: None,
+            xmin: None,
+        })
+    }
+
+    fn ev(t: &Arc<TableSchema>, id: i64, text: usize) -> ChangeEvent {
+        let mut vals = vec![Value::Int64(id), Value::Text("x".repeat(text))];
+        if t.columns.len() == 3 {
+            vals.push(Value::Int32(7));
+        }
+        ChangeEvent::create(t.clone(), Row::new(vals), pos(1), 0).unwrap()
+    }
+
+    /// (after.id, has w) of every record of `topic`, in log order.
+    fn ids(log: &Log, topic: &str) -> Vec<(i64, bool)> {
+        let mut r = log.reader(topic, 0, StartAt::Earliest).unwrap();
+        let mut out = Vec::new();
+        loop {
+            let recs = r.poll(1 << 20).unwrap();
+            if recs.is_empty() {
+                return out;
+            }
+            for rec in recs {
+                let v: serde_json::Value = serde_json::from_slice(&rec.value.unwrap()).unwrap();
+                out.push((
+                    v["after"]["id"].as_i64().unwrap(),
+                    v["after"].get("w").is_some(),
+                ));
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parallel_encoding_keeps_order_batch_ends_and_schema_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
+        let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
+        let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
+        let (dtx, drx) = watch::channel(None);
+        let pipeline = Pipeline::new(
+            log.clone(),
+            Arc::new(registry),
+            PipelineConfig {
+                encoder: EncoderConfig::new(
+                    SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
+                    RecordFormat::Json {
+                        schemas_enable: false,
+                    },
+                ),
+                router: TopicRouter::new("t", &[]).unwrap(),
+                topic_config: TopicConfig::default(),
+                force_schema_change: false,
+                group_commit_bytes: 1 << 30,
+                group_commit: Duration::from_secs(60),
+            },
+            dtx,
+        );
+        let (tx, rx) = queue::channel(4 << 20);
+        let run = tokio::spawn(pipeline.run(rx));
+        let (a1, a2, b) = (table("a", false), table("a", true), table("b", false));
+        let (mut next_a, mut next_b, mut lsn) = (0i64, 0i64, 100u64);
+        // Batches of 1 to ~10k events (several jobs each), interleaving two tables, some
+        // without a commit (chunks of a large transaction), and one batch in which table
+        // `a` changes schema (two segments with different encoders).
+        for i in 0..120usize {
+            let n = [1, 3, 64, 65, 700, 6000][i % 6];
+            let text = if i % 2 == 0 { 10 } else { 400 };
+            let a = if i >= 60 { &a2 } else { &a1 };
+            let mut events = Vec::with_capacity(n);
+            for k in 0..n {
+                if i == 59 && k == n / 2 {
+                    // The schema change, mid-batch.
+                    events.push(ev(&a2, next_a, text));
+                    next_a += 1;
+                    continue;
+                }
+                let t = if k % 3 == 2 {
+                    &b
+                } else if i == 59 && k > n / 2 {
+                    &a2
+                } else {
+                    a
+                };
+                if Arc::ptr_eq(t, &b) {
+                    events.push(ev(t, next_b, text));
+                    next_b += 1;
+                } else {
+                    events.push(ev(t, next_a, text));
+                    next_a += 1;
+                }
+            }
+            lsn += 10;
+            let commit = (i % 4 != 1).then(|| pos(lsn));
+            tx.send(ChangeBatch {
+                events,
+                commit,
+                approx_bytes: 0,
+            })
+            .await
+            .unwrap();
+        }
+        // The last batch commits, so everything is complete.
+        lsn += 10;
+        tx.send(ChangeBatch {
+            events: vec![],
+            commit: Some(pos(lsn)),
+            approx_bytes: 0,
+        })
+        .await
+        .unwrap();
+        drop(tx);
+        let (stats, r) = run.await.unwrap();
+        r.unwrap();
+        assert_eq!(stats.events, (next_a + next_b) as u64);
+        assert_eq!(stats.records, (next_a + next_b) as u64);
+        assert_eq!(*drx.borrow(), Some(pos(lsn)));
+        assert_eq!(log.checkpoint(), Some(pos(lsn).to_checkpoint()));
+        let got_a = ids(&log, "t.public.a");
+        let got_b = ids(&log, "t.public.b");
+        assert_eq!(
+            got_a.iter().map(|x| x.0).collect::<Vec<_>>(),
+            (0..next_a).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            got_b.iter().map(|x| x.0).collect::<Vec<_>>(),
+            (0..next_b).collect::<Vec<_>>()
+        );
+        // Records of the old version have no `w`; from the change on, all have it.
+        let first_w = got_a.iter().position(|x| x.1).unwrap();
+        assert!(got_a[first_w..].iter().all(|x| x.1));
+        assert!(first_w > 0);
+    }
 }
