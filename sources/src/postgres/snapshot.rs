@@ -499,7 +499,7 @@ fn decode_numeric(b: &[u8]) -> Result<Decimal, String> {
     let scale = u32::try_from(dscale).map_err(|e| e.to_string())?;
     if let Some(n) = fast {
         let n = if sign == 0x4000 { -n } else { n };
-        return Ok(Decimal::from_twos_complement_be(&n.to_be_bytes(), scale));
+        return Ok(Decimal::new(n.into(), scale));
     }
     // Large values: the decimal digits as text (what numeric_out prints).
     let mut s = String::with_capacity(4 * ndigits + 8);
