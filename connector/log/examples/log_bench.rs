@@ -7,7 +7,16 @@
 //! For record sizes 100 B and 1 KiB (or `--sizes`): appends `--mb` MiB of values in batches of ~100 KiB
 //! with a flush (fsync + ledger) every `--flush-kb` KiB (default 1024), then reads it all
 //! back (page cache warm), then measures tail latency: the time from `flush` returning to
-//! a reader blocked in `next_batch` on another thread holding the record (`--tail` runs).
+//! a reader blocked in `next_batch` on another thread holding the record (`--tail` runs;
+//! `--tail 0` skips it).
+//!
+//! `--steady [--segment-mb N] [--retention-mb N]`: the steady state of a topic with size
+//! retention, where segment files are recycled (`recycle.rs`). For each record size, an
+//! untimed warm-up appends `retention + 3 segments` with the same flush interval, running
+//! retention after every flush (as the maintenance thread would), so that from then on
+//! every roll reuses a pool file; then the timed run appends `--mb` MiB the same way
+//! (retention included in the time) and reports how many of its rolls reused a file.
+//! Defaults: 64 MiB segments, 128 MiB retention. No read-back or tail measurement.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -20,6 +29,9 @@ struct Args {
     flush_kb: u64,
     tail: usize,
     sizes: Vec<usize>,
+    steady: bool,
+    segment_mb: u64,
+    retention_mb: u64,
 }
 
 fn args() -> Args {
@@ -29,12 +41,22 @@ fn args() -> Args {
         flush_kb: 1024,
         tail: 2000,
         sizes: vec![100, 1024],
+        steady: false,
+        segment_mb: 64,
+        retention_mb: 128,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < v.len() {
         let val = v.get(i + 1).cloned().unwrap_or_default();
+        if v[i] == "--steady" {
+            a.steady = true;
+            i += 1;
+            continue;
+        }
         match v[i].as_str() {
+            "--segment-mb" => a.segment_mb = val.parse().expect("--segment-mb N"),
+            "--retention-mb" => a.retention_mb = val.parse().expect("--retention-mb N"),
             "--dir" => a.dir = val.into(),
             "--mb" => a.mb = val.parse().expect("--mb N"),
             "--flush-kb" => a.flush_kb = val.parse().expect("--flush-kb N"),
@@ -52,9 +74,110 @@ fn args() -> Args {
     a
 }
 
+/// Appends `mb` MiB of `size`-byte records to partition 0 of `topic` in ~100 KiB batches,
+/// flushing every `flush_kb` KiB; with `retention`, runs retention after every flush.
+/// Returns (records, bytes on disk, seconds, flush seconds).
+fn append_run(
+    log: &Log,
+    topic: &cdc_log::Topic,
+    size: usize,
+    mb: u64,
+    flush_kb: u64,
+    retention: bool,
+) -> Result<(u64, u64, f64, f64), cdc_log::LogError> {
+    let value = vec![0x5au8; size];
+    let key_bytes: Vec<[u8; 8]> = (0..100_000u64).map(|i| i.to_be_bytes()).collect();
+    let per_batch = (100 * 1024 / size).max(1);
+    let total_records = mb * 1024 * 1024 / size as u64;
+    let mut recs: Vec<NewRecord<'_>> = Vec::with_capacity(per_batch);
+    let flush_every = flush_kb * 1024;
+    let mut since_flush = 0u64;
+    let mut written = 0u64;
+    let mut disk_bytes = 0u64;
+    let mut flush_time = Duration::ZERO;
+    let t0 = Instant::now();
+    while written < total_records {
+        recs.clear();
+        let n = per_batch.min((total_records - written) as usize);
+        let ts = cdc_log::now_ms();
+        for j in 0..n {
+            let k = &key_bytes[(written as usize + j) % key_bytes.len()];
+            recs.push(NewRecord::new(Some(k), Some(&value), ts));
+        }
+        let info = topic.append(0, &recs)?;
+        written += n as u64;
+        since_flush += info.bytes;
+        disk_bytes += info.bytes;
+        if since_flush >= flush_every || written == total_records {
+            let f = Instant::now();
+            log.flush(Some(&written.to_be_bytes()))?;
+            flush_time += f.elapsed();
+            since_flush = 0;
+            if retention {
+                log.enforce_retention()?;
+            }
+        }
+    }
+    Ok((
+        written,
+        disk_bytes,
+        t0.elapsed().as_secs_f64(),
+        flush_time.as_secs_f64(),
+    ))
+}
+
+/// `--steady`: see the module docs.
+fn steady(a: &Args) -> Result<(), cdc_log::LogError> {
+    let log = Log::open(&a.dir, LogOptions::default())?;
+    println!(
+        "cdc-log bench (steady state, recycled segments): dir {}, {} MiB timed per size, flush every {} KiB, segment {} MiB, retention {} MiB",
+        a.dir.display(),
+        a.mb,
+        a.flush_kb,
+        a.segment_mb,
+        a.retention_mb
+    );
+    for &size in &a.sizes {
+        let name = format!("steady-{size}");
+        let topic = log.create_topic(
+            &name,
+            TopicConfig {
+                partitions: 1,
+                retention_ms: None,
+                retention_bytes: Some(a.retention_mb << 20),
+                segment_bytes: a.segment_mb << 20,
+                segment_ms: None,
+                ..TopicConfig::default()
+            },
+        )?;
+        let warm_mb = a.retention_mb + 3 * a.segment_mb;
+        let (_, _, wel, _) = append_run(&log, &topic, size, warm_mb, a.flush_kb, true)?;
+        let recycled0 = log.metrics().recycled_segments;
+        let (written, disk_bytes, el, flush_time) =
+            append_run(&log, &topic, size, a.mb, a.flush_kb, true)?;
+        let recycled = log.metrics().recycled_segments - recycled0;
+        let payload = written as f64 * size as f64;
+        println!(
+            "steady append {size:>5} B records: {:>9.0} rec/s, payload {:>7.1} MB/s, on disk {:>7.1} MB/s ({:.2} s, of which flush {:.2} s; rolls into recycled files during the timed run: {recycled}, expected about {}; warm-up {warm_mb} MiB in {wel:.2} s)",
+            written as f64 / el,
+            payload / el / 1e6,
+            disk_bytes as f64 / el / 1e6,
+            el,
+            flush_time,
+            disk_bytes / (a.segment_mb << 20),
+        );
+    }
+    drop(log);
+    let _ = std::fs::remove_dir_all(&a.dir);
+    Ok(())
+}
+
 fn main() -> Result<(), cdc_log::LogError> {
     let a = args();
     let _ = std::fs::remove_dir_all(&a.dir);
+    if a.steady {
+        return steady(&a);
+    }
     let log = Log::open(&a.dir, LogOptions::default())?;
     println!(
         "cdc-log bench: dir {}, {} MiB per size, flush every {} KiB",
@@ -72,37 +195,8 @@ fn main() -> Result<(), cdc_log::LogError> {
                 ..TopicConfig::default()
             },
         )?;
-        let value = vec![0x5au8; size];
-        let key_bytes: Vec<[u8; 8]> = (0..100_000u64).map(|i| i.to_be_bytes()).collect();
-        let per_batch = (100 * 1024 / size).max(1);
-        let total_records = a.mb * 1024 * 1024 / size as u64;
-        let mut recs: Vec<NewRecord<'_>> = Vec::with_capacity(per_batch);
-        let flush_every = a.flush_kb * 1024;
-        let mut since_flush = 0u64;
-        let mut written = 0u64;
-        let mut disk_bytes = 0u64;
-        let mut flush_time = Duration::ZERO;
-        let t0 = Instant::now();
-        while written < total_records {
-            recs.clear();
-            let n = per_batch.min((total_records - written) as usize);
-            let ts = cdc_log::now_ms();
-            for j in 0..n {
-                let k = &key_bytes[(written as usize + j) % key_bytes.len()];
-                recs.push(NewRecord::new(Some(k), Some(&value), ts));
-            }
-            let info = topic.append(0, &recs)?;
-            written += n as u64;
-            since_flush += info.bytes;
-            disk_bytes += info.bytes;
-            if since_flush >= flush_every || written == total_records {
-                let f = Instant::now();
-                log.flush(Some(&written.to_be_bytes()))?;
-                flush_time += f.elapsed();
-                since_flush = 0;
-            }
-        }
-        let el = t0.elapsed().as_secs_f64();
+        let (written, disk_bytes, el, flush_time) =
+            append_run(&log, &topic, size, a.mb, a.flush_kb, false)?;
         let payload = written as f64 * size as f64;
         println!(
             "append {size:>5} B records: {:>9.0} rec/s, payload {:>7.1} MB/s, on disk {:>7.1} MB/s ({:.2} s, of which flush {:.2} s, {} flushes)",
@@ -110,7 +204,7 @@ fn main() -> Result<(), cdc_log::LogError> {
             payload / el / 1e6,
             disk_bytes as f64 / el / 1e6,
             el,
-            flush_time.as_secs_f64(),
+            flush_time,
             log.metrics().flushes
         );
         // Read back: the borrowing path (`poll_with`, no allocation per record) twice (the
@@ -152,6 +246,11 @@ fn main() -> Result<(), cdc_log::LogError> {
         }
     }
 
+    if a.tail == 0 {
+        drop(log);
+        let _ = std::fs::remove_dir_all(&a.dir);
+        return Ok(());
+    }
     // Tail latency: flush return -> tailing reader holds the record.
     let topic = log.create_topic("bench-tail", TopicConfig::with_partitions(1))?;
     let mut reader = log.reader("bench-tail", 0, StartAt::Latest)?;

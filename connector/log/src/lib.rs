@@ -49,6 +49,8 @@
 //! - `groups`: committed offsets (`groups` format).
 //! - [`topic_config`]: [`TopicConfig`] and `topic.conf`.
 //! - `retention`, `compaction`: deleting and cleaning closed segments.
+//! - `recycle`: the pool of dropped segment files a roll reuses (overwrites are cheaper
+//!   to make durable than appends to new files).
 //! - [`partitioner`]: Kafka's murmur2 partitioner.
 //! - [`metrics`]: counters; [`error`]: [`LogError`] (transient vs definite).
 //!
@@ -79,6 +81,7 @@ mod partition;
 pub mod partitioner;
 pub mod reader;
 pub mod record;
+mod recycle;
 mod retention;
 mod segment;
 mod stage;

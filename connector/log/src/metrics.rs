@@ -19,9 +19,12 @@ pub struct Metrics {
     pub compaction_removed_records: AtomicU64,
     pub compaction_reclaimed_bytes: AtomicU64,
     pub budget_exhausted_total: AtomicU64,
+    /// Rolls that reused a recycle-pool file instead of creating one (`recycle.rs`).
+    pub recycled_segments: AtomicU64,
     /// 1 while appends are held back by the disk budget.
     pub budget_blocked: AtomicU64,
-    /// Bytes of all segment files (gauge).
+    /// Bytes of all segment files, recycle-pool files included, and the stale length of a
+    /// recycled active segment (gauge; what the disk budget compares; `recycle.rs`).
     pub total_bytes: AtomicU64,
 }
 
@@ -43,6 +46,8 @@ pub struct MetricsSnapshot {
     pub compaction_removed_records: u64,
     pub compaction_reclaimed_bytes: u64,
     pub budget_exhausted_total: u64,
+    /// Rolls that reused a recycle-pool file instead of creating one.
+    pub recycled_segments: u64,
     pub budget_blocked: bool,
     pub total_bytes: u64,
 }
@@ -69,6 +74,7 @@ impl Metrics {
             compaction_removed_records: g(&self.compaction_removed_records),
             compaction_reclaimed_bytes: g(&self.compaction_reclaimed_bytes),
             budget_exhausted_total: g(&self.budget_exhausted_total),
+            recycled_segments: g(&self.recycled_segments),
             budget_blocked: g(&self.budget_blocked) != 0,
             total_bytes: g(&self.total_bytes),
         }

@@ -18,12 +18,21 @@
 //!   its file; staged bytes are never visible to readers (they are past `hw`). A crash
 //!   loses staged bytes exactly as it loses unflushed bytes in the page cache: both are past
 //!   the ledger's durable end.
+//! - the active segment may be a recycled file (`recycle.rs`): its bytes past the stage's
+//!   `written` are stale, so nothing here bounds a segment by its file's length except
+//!   recovery (which cuts) and the read-only refresh (which scans only gapless batches up
+//!   to the ledger's durable end). `pool` holds the partition's recyclable files;
+//!   `active_stale` is the length of the recycled file the active segment reuses (counted
+//!   in the disk usage until the segment is closed and cut to its exact size).
 //!
 //! Recovery (`Partition::open`): given the ledger's `log_start` S and `durable_end` D,
 //! segments whose base is > D hold only unflushed data and are deleted; segments wholly
-//! below S are leftovers of an interrupted retention and are deleted; the last remaining
-//! segment is scanned batch by batch (CRC-checked) and cut at the first batch at or past D
-//! or at the first torn/corrupt batch (zeros from there up to the next 4 KiB boundary are
+//! below S are leftovers of an interrupted retention and are deleted; recycle-pool files
+//! are kept up to the bound, the rest deleted; the last remaining segment is scanned batch
+//! by batch (CRC-checked, and each batch must continue the previous one's offsets exactly:
+//! a recycled file's stale batches have valid CRCs but other offsets) and cut at the first
+//! batch at or past D (the ledger, not a valid-looking batch, says what is durable) or at
+//! the first torn/corrupt/discontinuous batch (zeros from there up to the next 4 KiB boundary are
 //! the padding of a flush's last `O_DIRECT` write, `stage.rs`: left in place for the stage
 //! to write over, not cut or reported); if that leaves it short of D, fsynced data is gone
 //! and open fails with `DurableDataLost` (unless `accept_damaged_tail`). Closed segments
@@ -45,6 +54,7 @@ use crate::index::SegmentIndex;
 use crate::ledger::PartitionMark;
 use crate::notify::{HasNotifier, Notifier};
 use crate::record::NewRecord;
+use crate::recycle::{self, Pool};
 use crate::segment::{parse_file_name, BatchScanner, ScanStop, SegmentFile};
 use crate::stage::{Stage, WriteOut, WRITE_CHUNK};
 
@@ -90,6 +100,10 @@ pub struct PartitionState {
     /// Timestamp of the active segment's first batch (its max timestamp, as Kafka's
     /// `segment.ms` uses), `None` while it is empty.
     pub roll_ts: Option<i64>,
+    /// Recyclable files of dropped segments (`recycle.rs`).
+    pub pool: Pool,
+    /// Length of the recycled file under the active segment (0 if it was created empty).
+    pub active_stale: u64,
 }
 
 impl PartitionState {
@@ -107,6 +121,12 @@ impl PartitionState {
 
     pub fn size_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.size).sum()
+    }
+
+    /// What this partition counts against the disk budget: its segments' bytes, its pool
+    /// files and the stale length of a recycled active segment (`recycle.rs`).
+    pub fn disk_bytes(&self) -> u64 {
+        self.size_bytes() + self.pool.bytes() + self.active_stale
     }
 }
 
@@ -148,6 +168,12 @@ pub struct Partition {
     pub notifier: Notifier,
     /// Serialises retention and cleaning of this partition.
     pub maintenance: Mutex<()>,
+    /// Bytes that left the disk usage inside the partition (a recycled segment closed and
+    /// cut, a pool file that could not be reused), for the log to subtract from its
+    /// `total_bytes` gauge (`Partition::take_released`).
+    released_bytes: AtomicU64,
+    /// Rolls that reused a pool file since the last `take_released`.
+    recycled_rolls: AtomicU64,
 }
 
 impl HasNotifier for Partition {
@@ -231,7 +257,9 @@ fn list_bases(dir: &Path, clean: bool) -> Result<Vec<u64>> {
 /// after the last batch taken.
 fn extend_scan(seg: &mut SegmentMeta, cur_end: u64, limit: u64, stop_at: u64) -> Result<u64> {
     let file = seg.file.clone();
-    let mut sc = BatchScanner::new(&file, seg.durable_size, limit);
+    // Gapless from the current end: the writer's active segment may be a recycled file
+    // whose stale batches lie past what it wrote.
+    let mut sc = BatchScanner::contiguous_from(&file, seg.durable_size, limit, cur_end);
     let mut next = cur_end;
     let mut pos_end = seg.durable_size;
     loop {
@@ -267,9 +295,20 @@ pub type ScanOutcome = (SegmentIndex, u64, u64, Option<(u64, String)>);
 /// Scans `[0, limit)` of a segment building its index; stops at `stop_at` (first batch
 /// whose base offset is >= it) or at the first bad batch. Returns (index, valid bytes,
 /// next offset, why it stopped early if it did).
-pub fn scan_segment(file: &SegmentFile, limit: u64, stop_at: u64) -> Result<ScanOutcome> {
+/// With `contiguous`, a batch that does not continue the previous one's offsets exactly is
+/// a bad batch (the active segment: see `BatchScanner::contiguous`).
+pub fn scan_segment(
+    file: &SegmentFile,
+    limit: u64,
+    stop_at: u64,
+    contiguous: bool,
+) -> Result<ScanOutcome> {
     let mut idx = SegmentIndex::default();
-    let mut sc = BatchScanner::new(file, 0, limit);
+    let mut sc = if contiguous {
+        BatchScanner::contiguous_from(file, 0, limit, file.base_offset)
+    } else {
+        BatchScanner::new(file, 0, limit)
+    };
     let mut next = file.base_offset;
     loop {
         match sc.next_batch() {
@@ -314,7 +353,12 @@ pub fn scan_segment(file: &SegmentFile, limit: u64, stop_at: u64) -> Result<Scan
 }
 
 impl Partition {
-    pub fn new_empty(topic: &str, id: u32, dir: PathBuf) -> Result<Partition> {
+    pub fn new_empty(
+        topic: &str,
+        id: u32,
+        dir: PathBuf,
+        recycle_limit: usize,
+    ) -> Result<Partition> {
         fs::create_dir_all(&dir)
             .map_err(|e| LogError::io("creating partition directory", &dir, e))?;
         let file = SegmentFile::create(&dir, 0)?;
@@ -339,6 +383,8 @@ impl Partition {
                 stage: Stage::new(),
                 scratch: Vec::new(),
                 roll_ts: None,
+                pool: Pool::new(recycle_limit),
+                active_stale: 0,
             },
         ))
     }
@@ -353,7 +399,62 @@ impl Partition {
             dirty: AtomicBool::new(false),
             notifier: Notifier::default(),
             maintenance: Mutex::new(()),
+            released_bytes: AtomicU64::new(0),
+            recycled_rolls: AtomicU64::new(0),
         }
+    }
+
+    /// Bytes that left the disk usage since the last call (see `released_bytes`) and the
+    /// number of rolls that reused a pool file.
+    pub fn take_released(&self) -> (u64, u64) {
+        (
+            self.released_bytes.swap(0, Ordering::Relaxed),
+            self.recycled_rolls.swap(0, Ordering::Relaxed),
+        )
+    }
+
+    /// Disk-budget relief: deletes every pool file. Returns the bytes freed.
+    pub fn drop_pool(&self) -> Result<u64> {
+        let files = self.lock().pool.drain();
+        if files.is_empty() {
+            return Ok(0);
+        }
+        let mut freed = 0;
+        for f in &files {
+            recycle::delete(f)?;
+            freed += f.len;
+        }
+        crate::fsutil::sync_dir(&self.dir)?;
+        Ok(freed)
+    }
+
+    /// Retention: a dropped closed segment leaves the partition. Its `.log` file goes to
+    /// the pool if there is room and nobody else holds it (`recycle.rs`), else it is
+    /// unlinked; its index files are always deleted. The caller fsyncs the directory.
+    /// Returns the bytes that left the disk usage (0 when pooled: a pool file counts).
+    pub fn retire_segment(&self, seg: SegmentMeta, recycle: bool) -> Result<u64> {
+        let room = recycle && self.lock().pool.has_room();
+        // Only a file nobody can read any more may be overwritten later: a reader or a
+        // flush plan still holding it keeps reading this segment's bytes through it.
+        if room && Arc::strong_count(&seg.file) == 1 {
+            match recycle::retire(&seg.file, &self.dir) {
+                Ok(Some(pf)) => {
+                    remove_file_if_exists(&seg.file.index_path())?;
+                    remove_file_if_exists(&seg.file.time_index_path())?;
+                    let counted = pf.len;
+                    self.lock().pool.push(pf);
+                    // The pool counts the file's length; the log counted `size` (equal for a
+                    // closed segment, cut to its exact size at its roll).
+                    return Ok(seg.size.saturating_sub(counted));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(file = %seg.file.path.display(), error = %e, "could not move a dropped segment into the recycle pool; deleting it");
+                }
+            }
+        }
+        remove_segment_files(&seg.file)?;
+        Ok(seg.size)
     }
 
     /// Opens and recovers a partition directory against its ledger mark (see module docs).
@@ -367,6 +468,7 @@ impl Partition {
         mark: PartitionMark,
         accept_damaged_tail: bool,
         read_only: bool,
+        recycle_limit: usize,
     ) -> Result<(Partition, RecoveryReport)> {
         let mut report = RecoveryReport::default();
         let (mut s, mut d) = (mark.log_start, mark.durable_end);
@@ -382,7 +484,7 @@ impl Partition {
             }
         };
         let mut bases = list_bases(&dir, !read_only)?;
-        let mut changed_dir = false;
+        let (pool, mut changed_dir) = recycle::load(&dir, recycle_limit, read_only)?;
         // Segments created after the last flush.
         while bases.last().is_some_and(|&b| b > d) {
             let b = bases.pop().unwrap_or_default();
@@ -457,8 +559,9 @@ impl Partition {
                 });
                 continue;
             }
-            // The last segment: scan, cut at the durable end or the first bad batch.
-            let (index, valid, next, stop) = scan_segment(&file, size, d)?;
+            // The last segment: scan, cut at the durable end or the first bad batch. The
+            // batches must be gapless: the file may be a recycled one (stale batches).
+            let (index, valid, next, stop) = scan_segment(&file, size, d, true)?;
             if next < d {
                 let detail = match &stop {
                     Some((pos, why)) => format!("{} at byte {pos}: {why}", file.path.display()),
@@ -539,6 +642,9 @@ impl Partition {
             stage,
             scratch: Vec::new(),
             roll_ts,
+            pool,
+            // Recovery cut the active segment's file to its valid bytes.
+            active_stale: 0,
         };
         Ok((Partition::from_state(topic, id, dir, st), report))
     }
@@ -567,12 +673,32 @@ impl Partition {
         let d = mark.durable_end;
         if d > st.hw {
             let last_base = st.segments.last().map_or(0, |s| s.base());
-            let newer: Vec<u64> = list_bases(&self.dir, false)?
+            let mut newer: Vec<u64> = list_bases(&self.dir, false)?
                 .into_iter()
                 .filter(|&b| b > last_base && b <= d)
                 .collect();
-            let mut following = newer.into_iter();
             let mut cur_end = st.hw;
+            // The writer's retention outran this view: every segment it holds lies below the
+            // new log start (their files are deleted, or recycled and overwritten: never to
+            // be scanned again). Restart the view at the newest segment at or below it.
+            if let Some(&b0) = newer.iter().rev().find(|&&b| b <= mark.log_start) {
+                let file = SegmentFile::open_read_only(
+                    self.dir.join(crate::segment::log_file_name(b0)),
+                    b0,
+                )?;
+                st.segments.clear();
+                st.segments.push(SegmentMeta {
+                    file: Arc::new(file),
+                    index: SegmentIndex::default(),
+                    size: 0,
+                    synced_size: 0,
+                    durable_size: 0,
+                });
+                st.epoch += 1;
+                newer.retain(|&b| b > b0);
+                cur_end = b0;
+            }
+            let mut following = newer.into_iter();
             loop {
                 let next_base = following.next();
                 let stop_at = next_base.unwrap_or(d);
@@ -741,8 +867,30 @@ impl Partition {
             active.index.seal();
             write_index_files(&active.file, &active.index)?;
         }
-        let file = SegmentFile::create(&self.dir, leo)?;
-        st.stage.restart_at_new_file();
+        // The new segment: a recycled file if the pool has one (`recycle.rs`), else a new
+        // empty file. Either way the directory is dirty: the next flush fsyncs it before
+        // its ledger write can name anything in the new segment.
+        let (file, stale) = match st.pool.take() {
+            Some(pf) => match SegmentFile::reuse(&self.dir, &pf.path, leo) {
+                Ok(f) => {
+                    self.recycled_rolls.fetch_add(1, Ordering::Relaxed);
+                    (f, pf.len)
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, partition = self.id, error = %e, "could not reuse a recycle-pool file; creating the segment");
+                    let _ = recycle::delete(&pf);
+                    self.released_bytes.fetch_add(pf.len, Ordering::Relaxed);
+                    (SegmentFile::create(&self.dir, leo)?, 0)
+                }
+            },
+            None => (SegmentFile::create(&self.dir, leo)?, 0),
+        };
+        // The closed segment was cut to its exact size (counted in `size`): its stale
+        // length leaves the disk usage.
+        let closed_stale = std::mem::replace(&mut st.active_stale, stale);
+        self.released_bytes
+            .fetch_add(closed_stale, Ordering::Relaxed);
+        st.stage.restart_at_new_file(stale);
         st.segments.push(SegmentMeta {
             file: Arc::new(file),
             index: SegmentIndex::default(),
@@ -752,7 +900,7 @@ impl Partition {
         });
         st.dir_dirty = true;
         st.roll_ts = None;
-        tracing::debug!(topic = %self.topic, partition = self.id, base_offset = leo, "rolled segment");
+        tracing::debug!(topic = %self.topic, partition = self.id, base_offset = leo, recycled = stale > 0, "rolled segment");
         Ok(())
     }
 
@@ -926,7 +1074,7 @@ fn rebuild_closed_index(
     next_base: u64,
     write: bool,
 ) -> Result<(SegmentIndex, bool)> {
-    let (mut idx, _, next, stop) = scan_segment(file, size, u64::MAX)?;
+    let (mut idx, _, next, stop) = scan_segment(file, size, u64::MAX, false)?;
     if let Some((pos, why)) = stop {
         return Err(file.corrupt(pos, guess_offset(file, &idx), why));
     }

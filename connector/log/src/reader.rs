@@ -7,6 +7,15 @@
 //! byte position between polls and re-locates through the index whenever the partition's
 //! `epoch` changed (retention or the cleaner replaced segments). A corrupt batch is a
 //! `CorruptSegment` error naming file, byte and offset; it is never skipped.
+//!
+//! Every batch read must lie in its segment's offset range (base offset at or after the
+//! segment's base, before the next segment's base or the log end). In this process a
+//! segment file is never reused while a reader holds it (`recycle.rs`), but a read-only
+//! process can hold a segment the writer has since dropped and recycled: its bytes are
+//! then another segment's, whose offsets lie past this one's range. On such a batch (or
+//! any read error) a read-only reader re-reads the ledger
+//! ([`Log::refresh`]) and, if the log start moved past its position, handles that as an
+//! out-of-range offset (its reset policy), like a delete that outran it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,6 +81,8 @@ enum Located {
         following_base: Option<u64>,
         /// Base offset the batch at `pos` must have (when located through the index).
         expect_base: Option<u64>,
+        /// Offset after the segment's last record: no batch in it may start there or later.
+        seg_end: u64,
     },
     AtEnd,
 }
@@ -260,6 +271,7 @@ impl Reader {
                 epoch: st.epoch,
                 following_base: st.segments.get(i + 1).map(|s| s.base()),
                 expect_base,
+                seg_end: st.segment_end(i),
             });
         }
     }
@@ -308,7 +320,7 @@ impl Reader {
         let mut budget = max_bytes.max(1);
         // Bounded: each round either yields records, moves to a later segment, or stops.
         for _ in 0..1024 {
-            let (file, pos, limit, epoch, following, expect) = match self.locate()? {
+            let (file, pos, limit, epoch, following, expect, seg_end) = match self.locate()? {
                 Located::AtEnd => break,
                 Located::Data {
                     file,
@@ -317,7 +329,16 @@ impl Reader {
                     epoch,
                     following_base,
                     expect_base,
-                } => (file, pos, limit, epoch, following_base, expect_base),
+                    seg_end,
+                } => (
+                    file,
+                    pos,
+                    limit,
+                    epoch,
+                    following_base,
+                    expect_base,
+                    seg_end,
+                ),
             };
             if pos >= limit {
                 // Segment exhausted: continue in the next one (an offset gap can only be
@@ -330,7 +351,23 @@ impl Reader {
                 }
                 continue;
             }
-            let (new_pos, got, n) = self.read_chunk(&file, pos, limit, budget, expect, out)?;
+            let read = self.read_chunk(&file, pos, limit, budget, (expect, seg_end), out);
+            let (new_pos, got, n) = match read {
+                Ok(r) => r,
+                Err(e) if self.log.is_read_only() => {
+                    // The writer (another process) may have dropped this segment and
+                    // recycled (overwritten, cut) its file under us: if the ledger's log
+                    // start moved past our position, that is an out-of-range offset, not
+                    // corruption or a short read.
+                    self.log.refresh()?;
+                    if self.next < self.part.lock().log_start {
+                        self.cursor = None;
+                        continue;
+                    }
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            };
             count += n;
             self.cursor = Some(Cursor {
                 epoch,
@@ -349,16 +386,32 @@ impl Reader {
     }
 
     /// Reads whole batches from `[pos, limit)`: about `budget` bytes, at least one batch.
-    /// Returns (new position, payload bytes, records).
+    /// `(expect_base, seg_end)`: the base offset the batch at `pos` must have, if known, and
+    /// the offset no batch of this segment may start at or after. Returns (new position,
+    /// payload bytes, records).
     fn read_chunk(
         &mut self,
         file: &SegmentFile,
         pos: u64,
         limit: u64,
         budget: usize,
-        expect_base: Option<u64>,
+        (expect_base, seg_end): (Option<u64>, u64),
         out: &mut Out<'_, '_>,
     ) -> Result<(u64, usize, usize)> {
+        let foreign =
+            |h: &BatchHeader| h.base_offset < file.base_offset || h.base_offset >= seg_end;
+        let foreign_err = |at: u64, h: &BatchHeader| {
+            file.corrupt(
+                at,
+                h.base_offset,
+                format!(
+                    "batch {}..={} lies outside the segment's offsets {}..{seg_end} (the file was replaced or recycled under the reader)",
+                    h.base_offset,
+                    h.last_offset(),
+                    file.base_offset
+                ),
+            )
+        };
         let avail = (limit - pos) as usize;
         let mut want = budget.max(self.min_chunk).min(avail);
         if want < HEADER_LEN {
@@ -405,6 +458,9 @@ impl Reader {
                     let batch = buf.slice(off..off + total);
                     let h = crate::batch::verify_batch(&batch)
                         .map_err(|e| file.corrupt(pos + off as u64, h.base_offset, e))?;
+                    if foreign(&h) {
+                        return Err(foreign_err(pos + off as u64, &h));
+                    }
                     if h.next_offset() > self.next {
                         got += decode_into(&batch, &h, self.next, out)
                             .map_err(|e| file.corrupt(pos + off as u64, h.base_offset, e))?;
@@ -439,6 +495,9 @@ impl Reader {
                         let batch = &buf[off..off + total];
                         let h = crate::batch::verify_batch(batch)
                             .map_err(|e| file.corrupt(at, h.base_offset, e))?;
+                        if foreign(&h) {
+                            return Err(foreign_err(at, &h));
+                        }
                         if h.next_offset() > self.next && !h.is_control() && h.records_count > 0 {
                             let section = records_section(batch, &h)
                                 .map_err(|e| file.corrupt(at, h.base_offset, e))?;

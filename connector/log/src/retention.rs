@@ -5,12 +5,16 @@
 //!    segments to drop; the new log start is the base offset of the first one kept;
 //! 2. write the new log start to the ledger (atomic, fsynced);
 //! 3. remove the segments from the partition (bumping its epoch so readers re-locate);
-//! 4. unlink their files.
+//! 4. unlink their files, or (retention, not budget relief) move up to the partition's
+//!    recycle bound of `.log` files into its recycle pool by rename (`recycle.rs`; their
+//!    index files are unlinked); then fsync the directory.
 //!
-//! A crash after 2 leaves files below the log start, which the next open deletes; a crash
-//! before 2 leaves everything as it was. The active segment is never deleted.
+//! A crash after 2 leaves files below the log start, which the next open deletes, or pool
+//! files, which it keeps; a crash before 2 leaves everything as it was. The active segment
+//! is never deleted.
 //!
-//! Budget relief (when the disk budget is exhausted) applies only to topics whose policy
+//! Budget relief (when the disk budget is exhausted) first deletes every partition's
+//! recycle-pool files (they hold no records), then applies only to topics whose policy
 //! includes `delete` and only to segments that *every* group registered on the partition
 //! has read past; a partition with no registered group is never trimmed by the budget
 //! (only by its retention), so a sink that has not started yet loses nothing.
@@ -21,11 +25,13 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::log::{Log, MaintenanceReport};
 use crate::metrics::Metrics;
-use crate::partition::{lock, remove_segment_files, Partition};
+use crate::partition::{lock, Partition};
 use crate::topic_config::TopicConfig;
 
 /// Drops the first `count` segments of `part` (see module docs). Returns (segments, bytes).
-fn truncate_front(log: &Log, part: &Partition, count: usize) -> Result<(u64, u64)> {
+/// `recycle`: dropped `.log` files may go to the recycle pool (retention); budget relief
+/// passes false, since a pooled file still counts against the budget it is relieving.
+fn truncate_front(log: &Log, part: &Partition, count: usize, recycle: bool) -> Result<(u64, u64)> {
     if count == 0 {
         return Ok((0, 0));
     }
@@ -58,21 +64,24 @@ fn truncate_front(log: &Log, part: &Partition, count: usize) -> Result<(u64, u64
         st.epoch += 1;
         removed
     };
+    let count = removed.len();
     let mut bytes = 0;
-    for seg in &removed {
+    let mut freed = 0;
+    for seg in removed {
         bytes += seg.size;
-        remove_segment_files(&seg.file)?;
+        freed += part.retire_segment(seg, recycle)?;
     }
     crate::fsutil::sync_dir(&part.dir)?;
     let m = log.metrics_ref();
-    Metrics::add(&m.retention_deleted_segments, removed.len() as u64);
+    Metrics::add(&m.retention_deleted_segments, count as u64);
     Metrics::add(&m.retention_deleted_bytes, bytes);
-    m.total_bytes.fetch_sub(
-        bytes.min(m.total_bytes.load(Ordering::Relaxed)),
-        Ordering::Relaxed,
-    );
-    tracing::info!(topic = %part.topic, partition = part.id, segments = removed.len(), bytes, log_start = new_start, "deleted segments");
-    Ok((removed.len() as u64, bytes))
+    let _ = m
+        .total_bytes
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(freed))
+        });
+    tracing::info!(topic = %part.topic, partition = part.id, segments = count, bytes, log_start = new_start, "deleted segments");
+    Ok((count as u64, bytes))
 }
 
 /// How many leading segments retention deletes (Kafka's rules: time by the segment's
@@ -114,7 +123,7 @@ pub fn enforce_retention(log: &Log, now: i64) -> Result<MaintenanceReport> {
             let part: Arc<Partition> = log.partition(&name, p)?;
             let _m = lock(&part.maintenance);
             let k = retention_count(&part, &cfg, now);
-            let (s, b) = truncate_front(log, &part, k)?;
+            let (s, b) = truncate_front(log, &part, k, true)?;
             r.deleted_segments += s;
             r.deleted_bytes += b;
         }
@@ -126,6 +135,23 @@ pub fn enforce_retention(log: &Log, now: i64) -> Result<MaintenanceReport> {
 /// has consumed (delete-policy topics only). Returns bytes freed.
 pub fn free_for_budget(log: &Log) -> Result<u64> {
     let mut freed = 0;
+    // Pool files first: they hold no records.
+    for (_, part) in log.all_partitions() {
+        let f = part.drop_pool()?;
+        if f > 0 {
+            tracing::info!(topic = %part.topic, partition = part.id, bytes = f, "disk budget: deleted recycle-pool files");
+            let m = log.metrics_ref();
+            let _ = m
+                .total_bytes
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(f))
+                });
+            freed += f;
+        }
+    }
+    if freed > 0 && log.budget_has_room() {
+        return Ok(freed);
+    }
     for name in log.topics() {
         let t = log.topic(&name)?;
         if !t.config().cleanup_policy.delete {
@@ -150,7 +176,7 @@ pub fn free_for_budget(log: &Log) -> Result<u64> {
             };
             if k > 0 {
                 tracing::warn!(topic = %name, partition = p, segments = k, "disk budget: deleting segments every consumer group has read");
-                freed += truncate_front(log, &part, k)?.1;
+                freed += truncate_front(log, &part, k, false)?.1;
             }
         }
     }

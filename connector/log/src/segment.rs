@@ -7,13 +7,17 @@
 //! `<partition dir>/NNNNNNNNNNNNNNNNNNNN.log` where N is the segment's base offset in 20
 //! decimal digits (Kafka's convention), with `.index` and `.timeindex` beside it.
 //! Transient files: `*.cleaned` (the cleaner's output before its atomic swap) and `*.tmp`;
-//! both are deleted on open.
+//! both are deleted on open. Recycle-pool files, `NNNNNNNNNNNNNNNNNNNN.log.recycle`
+//! (`recycle.rs`), are former segments kept for reuse: their extension is `log.recycle`,
+//! never `log`, so they are never listed, opened or read as segments.
 //!
 //! Invariants: a segment file is only ever appended to while it is the partition's active
 //! (last) segment; once closed it is immutable until the cleaner replaces it whole by
 //! rename. Its batches have strictly increasing offsets, all >= the base offset; a closed
 //! segment's last batch ends exactly at the next segment's base offset (the cleaner keeps
-//! an empty batch to preserve that).
+//! an empty batch to preserve that). An active segment may live in a recycled file
+//! ([`SegmentFile::reuse`]): its bytes past what the partition wrote are stale and never
+//! part of the segment; the roll that closes it cuts the file to the segment's exact size.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -62,6 +66,19 @@ impl SegmentFile {
         })
     }
 
+    /// Turns the recycle-pool file `pool_path` into the (new, empty) segment `base_offset`:
+    /// renames it into place and opens it WITHOUT truncating, so writes overwrite blocks
+    /// that are already allocated and written (`recycle.rs` says why). Everything in it is
+    /// stale: the caller writes from position 0 and bounds every read by what it wrote.
+    /// The rename is made durable by the directory fsync of the next flush (the caller
+    /// marks the directory dirty), before the ledger can name anything in this segment.
+    pub fn reuse(dir: &Path, pool_path: &Path, base_offset: u64) -> Result<SegmentFile> {
+        let path = dir.join(log_file_name(base_offset));
+        std::fs::rename(pool_path, &path)
+            .map_err(|e| LogError::io("renaming a recycled file into place as", &path, e))?;
+        SegmentFile::open(path, base_offset)
+    }
+
     pub fn open(path: PathBuf, base_offset: u64) -> Result<SegmentFile> {
         let file = OpenOptions::new()
             .read(true)
@@ -88,6 +105,11 @@ impl SegmentFile {
         })
     }
 
+    /// Length of the file. For the active segment this is NOT the segment's size: a
+    /// recycled file holds stale bytes past what was written (and a flush may have left
+    /// padding). Only recovery (which cuts the file to its valid batches) and the
+    /// read-only refresh (which scans contiguous batches up to the ledger's durable end)
+    /// may use it as a scan limit; everyone else goes by the partition's sizes.
     pub fn len(&self) -> Result<u64> {
         self.file
             .metadata()
@@ -142,6 +164,12 @@ pub struct BatchScanner<'a> {
     chunk: usize,
     /// Offset after the previous batch (to check offsets increase).
     pub prev_next_offset: Option<u64>,
+    /// Require each batch to start exactly at the previous batch's next offset (the
+    /// first one at `prev_next_offset`, or at the segment's base if that is unset): true
+    /// of everything the writer appends, and what tells a recycled file's stale batches
+    /// (valid CRCs, older offsets) from the data. Off for closed segments, where the
+    /// cleaner leaves offset gaps.
+    pub contiguous: bool,
 }
 
 impl<'a> BatchScanner<'a> {
@@ -154,7 +182,17 @@ impl<'a> BatchScanner<'a> {
             buf_start: pos,
             chunk: 1 << 20,
             prev_next_offset: None,
+            contiguous: false,
         }
+    }
+
+    /// A scanner that requires gapless batches (see [`BatchScanner::contiguous`]), the
+    /// first one starting at offset `first`.
+    pub fn contiguous_from(seg: &'a SegmentFile, pos: u64, end: u64, first: u64) -> Self {
+        let mut s = BatchScanner::new(seg, pos, end);
+        s.prev_next_offset = Some(first);
+        s.contiguous = true;
+        s
     }
 
     fn ensure(&mut self, from: u64, to: u64) -> Result<bool> {
@@ -209,6 +247,12 @@ impl<'a> BatchScanner<'a> {
         {
             return Err(bad(DecodeError::Malformed(
                 "batch offset below the previous batch or the segment base",
+            )));
+        }
+        if self.contiguous && h.base_offset != self.prev_next_offset.unwrap_or(self.seg.base_offset)
+        {
+            return Err(bad(DecodeError::Malformed(
+                "batch does not continue the previous batch's offsets (stale or foreign data)",
             )));
         }
         self.prev_next_offset = Some(h.next_offset());

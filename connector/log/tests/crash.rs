@@ -3,7 +3,12 @@
 //! with SIGKILL at random moments, reopens the log and checks that
 //! - the checkpoint is at least the last one the child printed (flushed = durable),
 //! - every partition holds exactly the records the checkpoint covers, in order, at
-//!   gapless offsets: nothing unflushed is reported durable, nothing flushed is missing.
+//!   gapless offsets from its log start: nothing unflushed is reported durable, nothing
+//!   flushed is missing (below the log start only what size retention dropped).
+//!
+//! The child also runs size retention now and then, so segments are dropped into the
+//! recycle pool and rolls reuse them (`recycle.rs`): kills land in recycled active
+//! segments with stale batches past the data.
 //!
 //! Default: 200 kills. Longer: `CDC_LOG_CRASH_KILLS=2000 cargo test -p cdc-log --test crash`.
 
@@ -20,8 +25,13 @@ const PARTITIONS: u64 = 3;
 fn topic_config() -> TopicConfig {
     TopicConfig {
         partitions: PARTITIONS as u32,
-        segment_bytes: 16 * 1024,
+        segment_bytes: 8 * 1024,
         retention_ms: None,
+        // Small enough that retention drops (and recycles) segments during a run.
+        retention_bytes: Some(24 * 1024),
+        // Timestamps are the record numbers (1970): with the default `segment.ms` every
+        // append would roll; size decides here, so segments fill, roll and get recycled.
+        segment_ms: None,
         ..TopicConfig::default()
     }
 }
@@ -104,8 +114,27 @@ fn crash_child() {
         }
         log.flush(Some(&end.to_be_bytes())).expect("flush");
         next = end;
-        println!("flushed {end}");
+        println!("flushed {end} recycled {}", log.metrics().recycled_segments);
+        if rng.below(8) == 0 {
+            log.enforce_retention().expect("retention");
+        }
     }
+}
+
+/// Recycle-pool files now in `dir` (all partitions).
+fn pool_files(dir: &std::path::Path) -> usize {
+    let mut n = 0;
+    for p in 0..PARTITIONS {
+        if let Ok(rd) = std::fs::read_dir(dir.join("topics/c").join(p.to_string())) {
+            n += rd
+                .filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log.recycle"))
+                })
+                .count();
+        }
+    }
+    n
 }
 
 fn verify(dir: &std::path::Path, min_checkpoint: u64) -> u64 {
@@ -126,7 +155,8 @@ fn verify(dir: &std::path::Path, min_checkpoint: u64) -> u64 {
     for p in 0..PARTITIONS {
         let expected: Vec<u64> = (0..cp).filter(|i| i % PARTITIONS == p).collect();
         let mut r = log.reader("c", p as u32, StartAt::Earliest).unwrap();
-        let mut got = 0usize;
+        let log_start = log.describe("c").unwrap().partitions[p as usize].log_start_offset;
+        let mut got = log_start as usize;
         loop {
             let recs = r.poll(1 << 20).expect("read after recovery");
             if recs.is_empty() {
@@ -181,6 +211,8 @@ fn sigkill_during_append_and_flush() {
     let mut dir = tempfile::tempdir().unwrap();
     let mut last_printed = 0u64;
     let mut total_flushes = 0u64;
+    let mut saw_pool = 0u64;
+    let mut total_recycled = 0u64;
     for k in 0..kills {
         // A fresh directory now and then keeps verification cheap.
         if k % 25 == 0 && k > 0 {
@@ -199,16 +231,20 @@ fn sigkill_during_append_and_flush() {
         let reader = std::thread::spawn(move || {
             let mut max = 0u64;
             let mut count = 0u64;
+            let mut recycled = 0u64;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some(n) = line.strip_prefix("flushed ") {
-                    if let Ok(n) = n.trim().parse::<u64>() {
+                // "flushed <checkpoint> recycled <rolls into pool files so far>"
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if let ["flushed", n, "recycled", r] = f[..] {
+                    if let (Ok(n), Ok(r)) = (n.parse::<u64>(), r.parse::<u64>()) {
                         max = max.max(n);
+                        recycled = recycled.max(r);
                         count += 1;
                     }
                 }
             }
-            (max, count)
+            (max, count, recycled)
         });
         // Kill at a random moment: sometimes during open/recovery, mostly mid-stream;
         // every tenth child lives longer, so that flushes complete even when a loaded
@@ -217,15 +253,21 @@ fn sigkill_during_append_and_flush() {
         std::thread::sleep(Duration::from_micros(2_000 + rng.below(window)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let (printed, count) = reader.join().unwrap();
+        let (printed, count, recycled) = reader.join().unwrap();
         total_flushes += count;
+        total_recycled += recycled;
         last_printed = last_printed.max(printed);
+        saw_pool += (pool_files(dir.path()) > 0) as u64;
         let cp = verify(dir.path(), last_printed);
         last_printed = last_printed.max(cp);
     }
     eprintln!(
-        "crash test: {kills} kills, {total_flushes} completed flushes observed, {:?}",
+        "crash test: {kills} kills, {total_flushes} completed flushes observed, recycle-pool files present at {saw_pool} kills, {total_recycled} rolls into recycled files, {:?}",
         started.elapsed()
     );
     assert!(total_flushes > 0, "the child never completed a flush");
+    assert!(
+        saw_pool > 0 && total_recycled > 0,
+        "no segment was recycled during the run: recycling not exercised"
+    );
 }
