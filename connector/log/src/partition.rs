@@ -404,6 +404,19 @@ impl Partition {
         }
     }
 
+    /// Segment `base` of a read-only view, opened but not scanned yet (size 0).
+    fn unscanned_read_only(&self, base: u64) -> Result<SegmentMeta> {
+        let file =
+            SegmentFile::open_read_only(self.dir.join(crate::segment::log_file_name(base)), base)?;
+        Ok(SegmentMeta {
+            file: Arc::new(file),
+            index: SegmentIndex::default(),
+            size: 0,
+            synced_size: 0,
+            durable_size: 0,
+        })
+    }
+
     /// Bytes that left the disk usage since the last call (see `released_bytes`) and the
     /// number of rolls that reused a pool file.
     pub fn take_released(&self) -> (u64, u64) {
@@ -682,18 +695,8 @@ impl Partition {
             // new log start (their files are deleted, or recycled and overwritten: never to
             // be scanned again). Restart the view at the newest segment at or below it.
             if let Some(&b0) = newer.iter().rev().find(|&&b| b <= mark.log_start) {
-                let file = SegmentFile::open_read_only(
-                    self.dir.join(crate::segment::log_file_name(b0)),
-                    b0,
-                )?;
                 st.segments.clear();
-                st.segments.push(SegmentMeta {
-                    file: Arc::new(file),
-                    index: SegmentIndex::default(),
-                    size: 0,
-                    synced_size: 0,
-                    durable_size: 0,
-                });
+                st.segments.push(self.unscanned_read_only(b0)?);
                 st.epoch += 1;
                 newer.retain(|&b| b > b0);
                 cur_end = b0;
@@ -721,17 +724,7 @@ impl Partition {
                 }
                 let Some(nb) = next_base else { break };
                 seg.index.seal();
-                let file = SegmentFile::open_read_only(
-                    self.dir.join(crate::segment::log_file_name(nb)),
-                    nb,
-                )?;
-                st.segments.push(SegmentMeta {
-                    file: Arc::new(file),
-                    index: SegmentIndex::default(),
-                    size: 0,
-                    synced_size: 0,
-                    durable_size: 0,
-                });
+                st.segments.push(self.unscanned_read_only(nb)?);
                 cur_end = nb;
             }
             st.hw = d;

@@ -320,25 +320,17 @@ impl Reader {
         let mut budget = max_bytes.max(1);
         // Bounded: each round either yields records, moves to a later segment, or stops.
         for _ in 0..1024 {
-            let (file, pos, limit, epoch, following, expect, seg_end) = match self.locate()? {
-                Located::AtEnd => break,
-                Located::Data {
-                    file,
-                    pos,
-                    limit,
-                    epoch,
-                    following_base,
-                    expect_base,
-                    seg_end,
-                } => (
-                    file,
-                    pos,
-                    limit,
-                    epoch,
-                    following_base,
-                    expect_base,
-                    seg_end,
-                ),
+            let Located::Data {
+                file,
+                pos,
+                limit,
+                epoch,
+                following_base: following,
+                expect_base: expect,
+                seg_end,
+            } = self.locate()?
+            else {
+                break;
             };
             if pos >= limit {
                 // Segment exhausted: continue in the next one (an offset gap can only be

@@ -12,11 +12,14 @@
 //!
 //! Default: 200 kills. Longer: `CDC_LOG_CRASH_KILLS=2000 cargo test -p cdc-log --test crash`.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cdc_log::{Log, LogOptions, NewRecord, StartAt, TopicConfig};
+use common::Rng;
 
 const CHILD_ENV: &str = "CDC_LOG_CRASH_CHILD_DIR";
 const SEED_ENV: &str = "CDC_LOG_CRASH_CHILD_SEED";
@@ -49,20 +52,6 @@ fn value_for(i: u64, buf: &mut Vec<u8>) {
         (i.wrapping_mul(2654435761) % 300) as usize
     };
     buf.extend(std::iter::repeat_n((i % 251) as u8, pad));
-}
-
-/// Small xorshift so the test needs no rand crate.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 /// The writer child. A no-op unless the parent set `CDC_LOG_CRASH_CHILD_DIR`.

@@ -1,21 +1,11 @@
 //! The segment/batch decoder over thousands of random and mutated inputs (what the
 //! cargo-fuzz target does, bounded, so CI exercises it without nightly).
 
+mod common;
+
 use cdc_log::batch::{encode_batch, Compression};
 use cdc_log::{fuzz_decode_segment, HeaderRef, NewRecord};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use common::Rng;
 
 fn valid_segment(rng: &mut Rng, c: Compression) -> Vec<u8> {
     let mut out = Vec::new();

@@ -4,6 +4,20 @@ use std::time::Duration;
 
 use cdc_log::{Log, LogOptions, NewRecord, Reader, Record, StartAt, TopicConfig};
 
+/// xorshift64: deterministic randomness for the tests (seeded, no dependency).
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
 pub fn open(dir: &std::path::Path) -> Log {
     Log::open(dir, LogOptions::default()).expect("open log")
 }
