@@ -60,10 +60,10 @@ pub(super) struct Piece {
     pub buf: RecordBuf,
 }
 
-/// Part of a batch to encode.
+/// Part of one segment of a batch to encode.
 pub(super) struct Job {
     pub batch: Arc<Queued>,
-    pub segments: Vec<Segment>,
+    pub part: Segment,
     pub now_ns: i64,
 }
 
@@ -116,42 +116,39 @@ impl Job {
     }
 
     fn encode(&self, pool: &BufPool, pieces: &mut Vec<Piece>) -> Result<(), EncodeError> {
-        let events = &self.batch.batch.events;
-        for seg in &self.segments {
-            // The table state of the previous event, by its schema's Arc: no lookup per
-            // event.
-            let mut cached: Option<(&Arc<TableSchema>, &TableState)> = None;
-            for ev in &events[seg.range.clone()] {
-                let (enc, topic) = if ev.op == Op::Message {
-                    let m = seg.encoders.messages.as_ref().expect("prepared");
-                    (&m.0, &m.1)
-                } else {
-                    let schema = ev.table.as_ref().expect("table event");
-                    let st = match cached {
-                        Some((s, st)) if Arc::ptr_eq(s, schema) => st,
-                        _ => {
-                            let st = seg.encoders.tables.get(&schema.id).expect("prepared");
-                            cached = Some((schema, st));
-                            st
-                        }
-                    };
-                    (&st.encoder, &st.topic)
-                };
-                let start_new = match pieces.last() {
-                    None => true,
-                    Some(p) => {
-                        p.topic.name() != topic.name() || p.buf.bytes.len() >= APPEND_CHUNK_BYTES
+        let seg = &self.part;
+        // The table state of the previous event, by its schema's Arc: no lookup per event.
+        let mut cached: Option<(&Arc<TableSchema>, &TableState)> = None;
+        for ev in &self.batch.batch.events[seg.range.clone()] {
+            let (enc, topic) = if ev.op == Op::Message {
+                let m = seg.encoders.messages.as_ref().expect("prepared");
+                (&m.0, &m.1)
+            } else {
+                let schema = ev.table.as_ref().expect("table event");
+                let st = match cached {
+                    Some((s, st)) if Arc::ptr_eq(s, schema) => st,
+                    _ => {
+                        let st = seg.encoders.tables.get(&schema.id).expect("prepared");
+                        cached = Some((schema, st));
+                        st
                     }
                 };
-                if start_new {
-                    pieces.push(Piece {
-                        topic: topic.clone(),
-                        buf: pool.take(),
-                    });
+                (&st.encoder, &st.topic)
+            };
+            let start_new = match pieces.last() {
+                None => true,
+                Some(p) => {
+                    p.topic.name() != topic.name() || p.buf.bytes.len() >= APPEND_CHUNK_BYTES
                 }
-                let piece = pieces.last_mut().expect("pushed");
-                enc.records_into(ev, self.now_ns, &mut piece.buf)?;
+            };
+            if start_new {
+                pieces.push(Piece {
+                    topic: topic.clone(),
+                    buf: pool.take(),
+                });
             }
+            let piece = pieces.last_mut().expect("pushed");
+            enc.records_into(ev, self.now_ns, &mut piece.buf)?;
         }
         Ok(())
     }

@@ -342,10 +342,10 @@ impl Pipeline {
             for range in encode::split(seg.range, per_job) {
                 jobs.push(Job {
                     batch: batch.clone(),
-                    segments: vec![Segment {
+                    part: Segment {
                         range,
                         encoders: seg.encoders.clone(),
-                    }],
+                    },
                     now_ns,
                 });
             }
@@ -365,8 +365,8 @@ impl Pipeline {
         let count = jobs.len();
         let mut end = Some(end);
         for (i, job) in jobs.into_iter().enumerate() {
-            let events: usize = job.segments.iter().map(|s| s.range.len()).sum();
-            let work = if self.inflight.is_empty() && count == 1 && events <= INLINE_EVENTS {
+            let small = job.part.range.len() <= INLINE_EVENTS;
+            let work = if self.inflight.is_empty() && count == 1 && small {
                 Work::Done(job.run(&self.pool))
             } else {
                 let pool = self.pool.clone();
