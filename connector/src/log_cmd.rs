@@ -537,6 +537,8 @@ fn produce(
         }
     }
     append(&mut pending)?;
+    // A clean stop: nothing stale left for the next open to cut (see `Log::close`).
+    log.close()?;
     println!("appended {total} records to {topic}");
     Ok(())
 }

@@ -69,6 +69,9 @@ pub enum LogError {
         #[source]
         source: io::Error,
     },
+    /// [`crate::Log::close`] ran: the log takes no more writes.
+    #[error("the log at {0} was closed; open it again to write")]
+    Closed(PathBuf),
     /// The log was poisoned by an earlier fatal error (see the first error logged).
     #[error("the log refused the operation after an earlier fatal error ({0}); reopen the log")]
     Poisoned(String),

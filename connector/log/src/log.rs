@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -139,6 +139,8 @@ pub(crate) struct LogInner {
     pub metrics: Metrics,
     pub budget: Arc<BudgetSignal>,
     poisoned: Mutex<Option<String>>,
+    /// [`Log::close`] ran: no more writes through any handle.
+    closed: AtomicBool,
     stop: Arc<(Mutex<bool>, Condvar)>,
 }
 
@@ -414,6 +416,7 @@ impl Log {
                 notifier: Notifier::default(),
             }),
             poisoned: Mutex::new(None),
+            closed: AtomicBool::new(false),
             stop: Arc::new((Mutex::new(false), Condvar::new())),
         });
         if !read_only {
@@ -537,6 +540,9 @@ impl Log {
 
     fn check_poisoned(&self) -> Result<()> {
         self.check_writable()?;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(LogError::Closed(self.inner.dir.clone()));
+        }
         match &*lock(&self.inner.poisoned) {
             Some(p) => Err(LogError::Poisoned(p.clone())),
             None => Ok(()),
@@ -682,6 +688,29 @@ impl Log {
             partitions,
             groups,
         })
+    }
+
+    /// A clean stop: ends writing through every handle of this log (later appends and
+    /// flushes fail with [`LogError::Closed`]) and cuts each recycled active segment
+    /// (`recycle.rs`) to its flushed bytes, so the next open has no stale tail to cut and
+    /// report. Appends not flushed yet are discarded, as a crash would discard them.
+    /// Dropping the log without `close` leaves the files as a crash does (recovery cuts
+    /// and reports the stale tails). After a failed flush (the log is poisoned) nothing is
+    /// cut: its ledger write may have reached the disk, and only recovery can tell.
+    pub fn close(&self) -> Result<()> {
+        if self.inner.options.read_only {
+            return Ok(());
+        }
+        // No flush runs while, or after, the files are cut: the ledger must never name
+        // bytes the cut removed.
+        let _flushes = lock(&self.inner.flush_lock);
+        if self.inner.closed.swap(true, Ordering::AcqRel) || lock(&self.inner.poisoned).is_some() {
+            return Ok(());
+        }
+        for (_, p) in self.all_partitions() {
+            p.cut_recycled_tail()?;
+        }
+        Ok(())
     }
 
     /// Makes everything appended so far durable, together with `checkpoint` (the source

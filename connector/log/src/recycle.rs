@@ -43,6 +43,10 @@
 //!   past the ledger's durable end: deleted on open, or, at exactly the durable end,
 //!   scanned and cut to empty. Pool files found on open are kept up to the bound; extra
 //!   ones are deleted.
+//! - A clean stop ([`crate::Log::close`], which `cdc run` and `cdc log produce` call) cuts
+//!   a recycled active segment to its flushed bytes under the flush lock, so the next open
+//!   has nothing stale to cut or report; a log dropped without it is recovered like a
+//!   crashed one (the stale tail is cut and reported as a recovery cut).
 //! - Disk accounting (the disk budget's `total_bytes`): pool files count with their
 //!   length; a recycled active segment counts with its full (stale) length on top of its
 //!   data until it is closed, so the count over-states the disk used by at most one

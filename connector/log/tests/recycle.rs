@@ -87,8 +87,15 @@ fn check_exact(log: &Log, hw: u64) {
 }
 
 /// Writes until retention pooled a file, then until a roll reused it. Returns the offset
-/// after the last durable record and the recycled segment's path.
+/// after the last durable record and the recycled segment's path; the log is dropped
+/// without [`Log::close`] (as a crash leaves it).
 fn build_recycled(dir: &Path) -> (u64, PathBuf) {
+    let (_, durable, path) = build_recycled_open(dir);
+    (durable, path)
+}
+
+/// [`build_recycled`], returning the log still open.
+fn build_recycled_open(dir: &Path) -> (Log, u64, PathBuf) {
     let log = common::open(dir);
     log.create_topic("t", topic_cfg()).unwrap();
     let mut next = 0;
@@ -132,7 +139,33 @@ fn build_recycled(dir: &Path) -> (u64, PathBuf) {
     append(&log, next, next + 3, 3);
     next += 3;
     check_exact(&log, next);
-    (next, recycled)
+    (log, next, recycled)
+}
+
+/// A clean stop (`Log::close`) cuts the recycled active segment to its flushed bytes: the
+/// next open has nothing to cut or report, unflushed appends are gone (as after a crash),
+/// and writes after `close` fail with `Closed`.
+#[test]
+fn close_cuts_the_stale_tail_so_a_clean_restart_reports_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, durable, recycled) = build_recycled_open(dir.path());
+    append(&log, durable, durable + 5, 0);
+    log.close().unwrap();
+    let t = log.topic("t").unwrap();
+    assert!(matches!(
+        t.append(0, &[common::rec(b"k", b"v", 0)]),
+        Err(LogError::Closed(_))
+    ));
+    assert!(matches!(log.flush(None), Err(LogError::Closed(_))));
+    log.close().unwrap();
+    drop((t, log));
+    let len = fs::metadata(&recycled).unwrap().len();
+    let log = common::open(dir.path());
+    assert_eq!(log.metrics().recovery_truncated_bytes, 0, "nothing to cut");
+    assert_eq!(fs::metadata(&recycled).unwrap().len(), len);
+    check_exact(&log, durable);
+    append(&log, durable, durable + 50, 10);
+    check_exact(&log, durable + 50);
 }
 
 #[test]

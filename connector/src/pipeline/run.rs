@@ -295,6 +295,12 @@ pub async fn run(config: Config) -> ExitCode {
             durable = ?stats.last_durable.as_ref().map(|p| p.to_string()),
             "pipeline stopped"
         );
+        // This run is over: recycled segments are cut to their flushed bytes, so the next
+        // open has no stale tail to cut and report; unflushed appends are discarded, as
+        // dropping the log would.
+        if let Err(e) = tokio::task::block_in_place(|| log.close()) {
+            tracing::warn!(error = %e, "closing the log; its next open recovers it");
+        }
         drop(log);
         // The pipeline's error explains a source that stopped because the pipeline did.
         let transient = match (&pipe_result, &src_result) {
