@@ -8,20 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use cdc_log::{Log, LogError, LogOptions, StartAt, TopicConfig};
-use common::Rng;
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
+use common::{copy_dir, Rng};
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in fs::read_dir(dir).unwrap() {

@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cdc_log::{Log, LogError, LogOptions, StartAt, TopicConfig};
-use common::Rng;
+use common::{copy_dir, Rng};
 
 fn topic_cfg() -> TopicConfig {
     TopicConfig {
@@ -268,19 +268,6 @@ fn crash_right_after_the_rename_into_place() {
     check_exact(&log, durable);
     append(&log, durable, durable + 50, 10);
     check_exact(&log, durable + 50);
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            fs::copy(e.path(), dst).unwrap();
-        }
-    }
 }
 
 /// The recycled active segment (stale bytes after the data) truncated or overwritten at

@@ -18,6 +18,20 @@ impl Rng {
     }
 }
 
+/// Copies a directory tree (a log, to damage or replay a copy of it).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
 pub fn open(dir: &std::path::Path) -> Log {
     Log::open(dir, LogOptions::default()).expect("open log")
 }
