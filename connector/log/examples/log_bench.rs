@@ -17,6 +17,9 @@
 //! every roll reuses a pool file; then the timed run appends `--mb` MiB the same way
 //! (retention included in the time) and reports how many of its rolls reused a file.
 //! Defaults: 64 MiB segments, 128 MiB retention. No read-back or tail measurement.
+//!
+//! `--no-write-behind`: the appending thread writes each full MiB itself
+//! (`LogOptions::write_behind` off), for A/B runs with a large `--flush-kb`.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -32,6 +35,7 @@ struct Args {
     steady: bool,
     segment_mb: u64,
     retention_mb: u64,
+    write_behind: bool,
 }
 
 fn args() -> Args {
@@ -44,13 +48,15 @@ fn args() -> Args {
         steady: false,
         segment_mb: 64,
         retention_mb: 128,
+        write_behind: true,
     };
     let v: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
     while i < v.len() {
         let val = v.get(i + 1).cloned().unwrap_or_default();
-        if v[i] == "--steady" {
-            a.steady = true;
+        if v[i] == "--steady" || v[i] == "--no-write-behind" {
+            a.steady |= v[i] == "--steady";
+            a.write_behind &= v[i] != "--no-write-behind";
             i += 1;
             continue;
         }
@@ -128,7 +134,13 @@ fn append_run(
 
 /// `--steady`: see the module docs.
 fn steady(a: &Args) -> Result<(), cdc_log::LogError> {
-    let log = Log::open(&a.dir, LogOptions::default())?;
+    let log = Log::open(
+        &a.dir,
+        LogOptions {
+            write_behind: a.write_behind,
+            ..LogOptions::default()
+        },
+    )?;
     println!(
         "cdc-log bench (steady state, recycled segments): dir {}, {} MiB timed per size, flush every {} KiB, segment {} MiB, retention {} MiB",
         a.dir.display(),
@@ -178,7 +190,13 @@ fn main() -> Result<(), cdc_log::LogError> {
     if a.steady {
         return steady(&a);
     }
-    let log = Log::open(&a.dir, LogOptions::default())?;
+    let log = Log::open(
+        &a.dir,
+        LogOptions {
+            write_behind: a.write_behind,
+            ..LogOptions::default()
+        },
+    )?;
     println!(
         "cdc-log bench: dir {}, {} MiB per size, flush every {} KiB",
         a.dir.display(),

@@ -87,6 +87,7 @@ mod segment;
 mod stage;
 pub mod topic_config;
 mod varint;
+mod writer;
 
 pub use crate::batch::Compression;
 pub use crate::error::{DecodeError, LogError, Result};

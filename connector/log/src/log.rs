@@ -86,6 +86,10 @@ pub struct LogOptions {
     /// than writing new ones). Default 2; 0 disables recycling. Pool files count toward
     /// the disk budget and are deleted first when it is short.
     pub recycle_segments: usize,
+    /// Hand each full MiB of a partition's appends to a background writer thread, so the
+    /// appending thread goes on encoding while the device writes (`stage.rs`). Default
+    /// on. Durability is unchanged: a flush waits for those writes before it fsyncs.
+    pub write_behind: bool,
 }
 
 impl Default for LogOptions {
@@ -98,6 +102,7 @@ impl Default for LogOptions {
             maintenance_interval: None,
             read_only: false,
             recycle_segments: crate::recycle::DEFAULT_RECYCLE_SEGMENTS,
+            write_behind: true,
         }
     }
 }
@@ -260,15 +265,7 @@ fn open_topic(
     for p in 0..config.partitions {
         let key = (name.to_string(), p);
         let mark = ledger.partitions.get(&key).copied().unwrap_or_default();
-        let (part, report) = Partition::open(
-            name,
-            p,
-            tdir.join(p.to_string()),
-            mark,
-            options.accept_damaged_tail,
-            options.read_only,
-            options.recycle_segments,
-        )?;
+        let (part, report) = Partition::open(name, p, tdir.join(p.to_string()), mark, options)?;
         if report.truncated_bytes > 0 || report.removed_segments > 0 {
             tracing::warn!(
                 topic = %name,
@@ -572,8 +569,7 @@ impl Log {
         let mut parts = Vec::new();
         for p in 0..config.partitions {
             let pdir = tdir.join(p.to_string());
-            let part =
-                Partition::new_empty(name, p, pdir.clone(), self.inner.options.recycle_segments)?;
+            let part = Partition::new_empty(name, p, pdir.clone(), &self.inner.options)?;
             fsutil::sync_dir(&pdir)?;
             parts.push(Arc::new(part));
         }

@@ -52,6 +52,7 @@ use crate::batch::{encode_batch, Compression};
 use crate::error::{LogError, Result};
 use crate::index::SegmentIndex;
 use crate::ledger::PartitionMark;
+use crate::log::LogOptions;
 use crate::notify::{HasNotifier, Notifier};
 use crate::record::NewRecord;
 use crate::recycle::{self, Pool};
@@ -357,7 +358,7 @@ impl Partition {
         topic: &str,
         id: u32,
         dir: PathBuf,
-        recycle_limit: usize,
+        options: &LogOptions,
     ) -> Result<Partition> {
         fs::create_dir_all(&dir)
             .map_err(|e| LogError::io("creating partition directory", &dir, e))?;
@@ -380,10 +381,14 @@ impl Partition {
                 epoch: 0,
                 dir_dirty: true,
                 poisoned: None,
-                stage: Stage::new(),
+                stage: {
+                    let mut st = Stage::new();
+                    st.set_write_behind(options.write_behind);
+                    st
+                },
                 scratch: Vec::new(),
                 roll_ts: None,
-                pool: Pool::new(recycle_limit),
+                pool: Pool::new(options.recycle_segments),
                 active_stale: 0,
             },
         ))
@@ -432,13 +437,16 @@ impl Partition {
     /// not flushed go too, as a crash would lose them; nothing fsynced is cut. A segment
     /// in a file created for it is left alone (recovery has nothing stale to cut there).
     pub fn cut_recycled_tail(&self) -> Result<()> {
-        let st = self.lock();
-        if st.active_stale == 0 {
-            return Ok(());
-        }
+        let mut guard = self.lock();
+        let st = &mut *guard;
         let Some(active) = st.segments.last() else {
             return Ok(());
         };
+        // A write-behind landing after the cut would put stale-looking bytes back.
+        st.stage.settle(&active.file)?;
+        if st.active_stale == 0 {
+            return Ok(());
+        }
         let keep = active.synced_size.max(active.durable_size);
         let f = &active.file;
         f.file
@@ -503,10 +511,15 @@ impl Partition {
         id: u32,
         dir: PathBuf,
         mark: PartitionMark,
-        accept_damaged_tail: bool,
-        read_only: bool,
-        recycle_limit: usize,
+        options: &LogOptions,
     ) -> Result<(Partition, RecoveryReport)> {
+        let LogOptions {
+            accept_damaged_tail,
+            read_only,
+            recycle_segments: recycle_limit,
+            write_behind,
+            ..
+        } = *options;
         let mut report = RecoveryReport::default();
         let (mut s, mut d) = (mark.log_start, mark.durable_end);
         if !read_only {
@@ -664,10 +677,11 @@ impl Partition {
             _ => None,
         };
         let leo = d;
-        let stage = match segments.last() {
+        let mut stage = match segments.last() {
             Some(seg) if !read_only => Stage::resume(&seg.file, seg.size, active_file_len)?,
             _ => Stage::new(),
         };
+        stage.set_write_behind(write_behind);
         let st = PartitionState {
             segments,
             log_start: s,
@@ -783,7 +797,7 @@ impl Partition {
         }
         // A full stage is written out first, so that a write error fails this append
         // before it changes anything (the stage keeps its bytes for the next attempt).
-        if st.stage.unwritten() >= WRITE_CHUNK as u64 {
+        if st.stage.staged() >= WRITE_CHUNK as u64 {
             let end = st.stage.end();
             Self::write_stage(st, WriteOut::Chunk, end)?;
         }

@@ -39,6 +39,17 @@
 //! `O_DIRECT` write covers that block again, the kernel first writes back and drops the
 //! cached page (clean by then: the flush fsynced it).
 //!
+//! Write-behind (`writer.rs`): a [`WriteOut::Chunk`] under `O_DIRECT` hands its whole
+//! blocks to a background writer thread together with the buffer that holds them, and the
+//! stage goes on in a fresh buffer from the partial block at its end. At most one such
+//! write is in flight; every other operation first waits for it ([`Stage::settle`]). While
+//! it is in flight the file positions `[written, file_pos)` are in that write, so
+//! `written <= file_pos` then, instead of the reverse; `written` still means "in the
+//! file", and only the wait advances it. A failed write-behind puts its bytes back in front
+//! of the stage, as if it had never been handed off, and the error surfaces at the wait:
+//! the next append, flush or close fails, and the bytes are written again by the next
+//! write-out.
+//!
 //! Without `O_DIRECT` (file systems that refuse it at open, devices whose blocks are
 //! larger than [`ALIGN`] and refuse the write with `EINVAL`), the same write-outs go
 //! through the page cache: still one `pwrite` per [`WRITE_CHUNK`] instead of one per batch,
@@ -46,9 +57,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::Arc;
 
 use crate::error::{LogError, Result};
 use crate::segment::SegmentFile;
+use crate::writer::{self, Job, Pending};
 
 /// Alignment (buffer address, file offset, length) of `O_DIRECT` writes.
 pub const ALIGN: usize = 4096;
@@ -58,12 +71,14 @@ pub const WRITE_CHUNK: usize = 1 << 20;
 const SMALL_FLUSH: u64 = 64 << 10;
 /// A stage whose buffer grew past this (a huge batch) gives the memory back when it empties.
 const KEEP_CAPACITY: usize = 4 * WRITE_CHUNK;
+/// A chunk write-out smaller than this is written by the appending thread itself.
+const MIN_BEHIND: u64 = 256 << 10;
 
 #[derive(Debug)]
 enum Direct {
     /// Not opened yet for the current segment.
     Untried,
-    Open(File),
+    Open(Arc<File>),
     /// Refused (at open or by a write): buffered writes for the rest of this segment.
     Off,
 }
@@ -81,6 +96,21 @@ pub enum WriteOut {
     Close,
 }
 
+/// A write-behind in flight: file bytes `[from, to)` of the buffer it took.
+struct InFlight {
+    pending: Pending,
+    from: u64,
+    to: u64,
+    /// Where the taken buffer's first byte (file position `from`) is.
+    lead: usize,
+}
+
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InFlight({}..{})", self.from, self.to)
+    }
+}
+
 /// The unwritten tail of the active segment (see the module docs).
 #[derive(Debug)]
 pub struct Stage {
@@ -95,6 +125,21 @@ pub struct Stage {
     direct: Direct,
     /// Never use `O_DIRECT` (tests of the buffered path).
     buffered_only: bool,
+    /// Hand large chunk write-outs to a writer thread (`LogOptions::write_behind`).
+    behind: bool,
+    in_flight: Option<InFlight>,
+    /// The buffer of the last finished write-behind, for the next one.
+    spare: Vec<u8>,
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        // No write may outlive its stage (`writer.rs`); its result no longer matters: what
+        // was not flushed is not durable.
+        if let Some(f) = self.in_flight.take() {
+            let _ = f.pending.wait();
+        }
+    }
 }
 
 fn round_up(p: u64) -> u64 {
@@ -127,9 +172,17 @@ impl Stage {
             file_len: 0,
             direct: Direct::Untried,
             buffered_only: false,
+            behind: false,
+            in_flight: None,
+            spare: Vec::new(),
         };
         s.realign();
         s
+    }
+
+    /// Turns write-behind on or off (see the module docs).
+    pub fn set_write_behind(&mut self, on: bool) {
+        self.behind = on;
     }
 
     /// The stage of a segment file that holds `size` bytes of data and is `file_len` bytes
@@ -154,15 +207,121 @@ impl Stage {
         s
     }
 
-    /// Bytes not yet written to the file.
+    /// Bytes not yet known to be in the file (staged or in flight): a flush must write out
+    /// when this is not 0.
     pub fn unwritten(&self) -> u64 {
         self.end() - self.written
+    }
+
+    /// Bytes staged and not handed to a write yet: what makes a chunk write-out due.
+    pub fn staged(&self) -> u64 {
+        self.end() - self.written.max(self.file_pos)
     }
 
     /// The file holds the segment's bytes below this position.
     #[cfg(test)]
     fn written(&self) -> u64 {
         self.written
+    }
+
+    /// Waits for the write-behind in flight, if any: on success its bytes count as
+    /// written; on failure they are staged again (in front of the rest) and the error is
+    /// returned. `O_DIRECT` refused by the kernel is not an error: the bytes are staged
+    /// again and written through the page cache from then on.
+    pub fn settle(&mut self, seg: &SegmentFile) -> Result<()> {
+        let Some(f) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let Some(done) = f.pending.wait() else {
+            // The buffer is gone with the thread: the bytes cannot be written again.
+            self.direct = Direct::Off;
+            return Err(LogError::Poisoned(format!(
+                "the background writer of {} stopped; restart the process",
+                seg.path.display()
+            )));
+        };
+        match done.result {
+            Ok(()) => {
+                self.written = self.written.max(f.to);
+                self.file_len = self.file_len.max(f.to);
+                let mut buf = done.buf;
+                if buf.capacity() <= KEEP_CAPACITY {
+                    buf.clear();
+                    self.spare = buf;
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.restage(f.from, f.to, f.lead, done.buf);
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    tracing::debug!(file = %seg.path.display(), error = %e, "O_DIRECT write refused; buffered writes");
+                    self.direct = Direct::Off;
+                    Ok(())
+                } else {
+                    Err(LogError::io("appending to", &seg.path, e))
+                }
+            }
+        }
+    }
+
+    /// Stages again the bytes `[from, to)` of a failed write-behind (in `buf` from `lead`),
+    /// in front of what was staged since.
+    fn restage(&mut self, from: u64, to: u64, lead: usize, mut buf: Vec<u8>) {
+        debug_assert_eq!(to, self.file_pos);
+        buf.truncate(lead + (to - from) as usize);
+        let n = self.len();
+        buf.extend_from_slice(&self.buf[self.lead..self.lead + n]);
+        self.buf = buf;
+        self.lead = lead;
+        self.file_pos = from;
+        self.realign();
+    }
+
+    /// Hands staged bytes `[file_pos, to)` (whole blocks) to a writer thread and goes on
+    /// in a fresh buffer with the rest. `false` (nothing changed) if no writer thread
+    /// takes it.
+    fn write_behind(&mut self, to: u64) -> bool {
+        let Direct::Open(file) = &self.direct else {
+            return false;
+        };
+        let file = file.clone();
+        let from = self.file_pos;
+        let n = (to - from) as usize;
+        let rest = self.len() - n;
+        let mut fresh = std::mem::take(&mut self.spare);
+        fresh.clear();
+        // Room for the lead, the rest and the next chunk: no reallocation below.
+        fresh.reserve(ALIGN + rest + WRITE_CHUNK);
+        // `to` is block-aligned, so its bytes start at an aligned address.
+        let lead = (ALIGN - fresh.as_ptr() as usize % ALIGN) % ALIGN;
+        fresh.resize(lead, 0);
+        fresh.extend_from_slice(&self.buf[self.lead + n..self.lead + n + rest]);
+        let old = std::mem::replace(&mut self.buf, fresh);
+        let old_lead = std::mem::replace(&mut self.lead, lead);
+        self.file_pos = to;
+        let job = Job {
+            file,
+            buf: old,
+            range: old_lead..old_lead + n,
+            at: from,
+        };
+        match writer::submit(job) {
+            Ok(pending) => {
+                self.in_flight = Some(InFlight {
+                    pending,
+                    from,
+                    to,
+                    lead: old_lead,
+                });
+                true
+            }
+            Err(job) => {
+                self.spare = std::mem::replace(&mut self.buf, job.buf);
+                self.lead = old_lead;
+                self.file_pos = from;
+                false
+            }
+        }
     }
 
     fn len(&self) -> usize {
@@ -242,6 +401,7 @@ impl Stage {
     /// recycled file's length for a recycled one (`recycle.rs`; all stale, written over
     /// from position 0, and cut off by the segment's [`WriteOut::Close`]).
     pub fn restart_at_new_file(&mut self, file_len: u64) {
+        debug_assert!(self.in_flight.is_none());
         debug_assert_eq!(self.written, self.file_pos);
         self.file_pos = 0;
         self.written = 0;
@@ -266,7 +426,7 @@ impl Stage {
                 .custom_flags(libc::O_DIRECT)
                 .open(&seg.path)
             {
-                Ok(f) => Direct::Open(f),
+                Ok(f) => Direct::Open(Arc::new(f)),
                 Err(e) => {
                     tracing::debug!(file = %seg.path.display(), error = %e, "O_DIRECT refused; buffered writes");
                     Direct::Off
@@ -274,7 +434,7 @@ impl Stage {
             };
         }
         match &self.direct {
-            Direct::Open(f) => Some(f),
+            Direct::Open(f) => Some(f.as_ref()),
             _ => None,
         }
     }
@@ -326,8 +486,11 @@ impl Stage {
 
     /// Writes staged bytes to `seg` as `mode` says (`upto` is the end of the stage except
     /// for [`WriteOut::Close`]). Written bytes leave the stage, except the partial block a
-    /// later `O_DIRECT` write will write again. On error nothing leaves the stage.
+    /// later `O_DIRECT` write will write again. On error nothing leaves the stage. Waits
+    /// for the write-behind in flight first; a large chunk under `O_DIRECT` becomes the
+    /// next one (see the module docs).
     pub fn write_out(&mut self, seg: &SegmentFile, mode: WriteOut, upto: u64) -> Result<()> {
+        self.settle(seg)?;
         debug_assert!(self.written <= upto && upto <= self.end());
         debug_assert!(mode == WriteOut::Close || upto == self.end());
         debug_assert!(self.len() == 0 || self.wanted_lead() == self.lead);
@@ -340,6 +503,14 @@ impl Stage {
                 WriteOut::Flush => round_up(upto),
                 WriteOut::Chunk | WriteOut::Close => round_down(upto),
             };
+            if mode == WriteOut::Chunk
+                && self.behind
+                && to >= start + MIN_BEHIND
+                && to > self.written
+                && self.write_behind(to)
+            {
+                return Ok(());
+            }
             let direct_ok = if to > start && upto > self.written {
                 self.write_direct(seg, start, to)?
             } else {
@@ -396,6 +567,10 @@ impl Stage {
     /// After a failed write-out: cuts the file back to `written`, so it holds no partial
     /// batch (or padding) past it.
     pub fn cut_after_error(&mut self, seg: &SegmentFile) -> std::io::Result<()> {
+        // A write-behind still in flight would land after the cut.
+        if let Err(e) = self.settle(seg) {
+            tracing::debug!(file = %seg.path.display(), error = %e, "write-behind failed too");
+        }
         seg.file.set_len(self.written)?;
         self.file_len = self.written;
         Ok(())
@@ -421,7 +596,9 @@ mod tests {
     /// padding. With `recycle`, every new segment after a close is a file full of stale
     /// garbage (a recycled segment): the bytes below `written` must still be exact, and a
     /// close must cut the file to exactly the segment's bytes.
-    fn exercise(buffered_only: bool, recycle: bool) {
+    /// With `behind`, chunk write-outs go to the writer threads and the checks run with
+    /// and without waiting for them.
+    fn exercise(buffered_only: bool, recycle: bool, behind: bool) {
         let dir = tempfile::tempdir().unwrap();
         let direct = !buffered_only && direct_supported(dir.path());
         let mut base = 0u64;
@@ -431,6 +608,7 @@ mod tests {
         } else {
             Stage::new()
         };
+        stage.set_write_behind(behind);
         let mut truth: Vec<u8> = Vec::new();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
@@ -440,6 +618,7 @@ mod tests {
             x
         };
         let mut used_direct = false;
+        let mut used_behind = false;
         for round in 0..600 {
             let n = match next() % 10 {
                 0 => (next() % (3 * WRITE_CHUNK as u64)) as usize,
@@ -461,7 +640,7 @@ mod tests {
                 3 => {
                     // Undo part of the last append.
                     let keep = (truth.len() - n / 2) as u64;
-                    if keep >= stage.written() {
+                    if keep >= stage.written().max(stage.file_pos) {
                         stage.truncate_end(keep);
                         truth.truncate(keep as usize);
                     }
@@ -481,6 +660,7 @@ mod tests {
                     seg = SegmentFile::open(seg.path.clone(), base).unwrap();
                     stage = Stage::resume(&seg, size, len).unwrap();
                     stage.buffered_only = buffered_only;
+                    stage.set_write_behind(behind);
                 }
                 5 if truth.len() > 1 => {
                     // Roll in the middle of the last append: the rest starts a new file.
@@ -505,7 +685,14 @@ mod tests {
                 _ => {}
             }
             used_direct |= matches!(stage.direct, Direct::Open(_));
+            used_behind |= stage.in_flight.is_some();
             assert_eq!(stage.end(), truth.len() as u64);
+            // Bytes below `written` are in the file even while a write-behind runs; what
+            // follows them is only checked once it finished.
+            let settled = next() % 2 == 0;
+            if settled {
+                stage.settle(&seg).unwrap();
+            }
             let w = stage.written() as usize;
             let len = seg.len().unwrap();
             assert!(len >= w as u64);
@@ -516,6 +703,7 @@ mod tests {
             // by the partition's sizes; the close cuts them, checked above).
             assert!(
                 recycle
+                    || !settled
                     || (got[w..].iter().all(|&b| b == 0)
                         && len <= round_up(w as u64).max(w as u64)),
                 "more than padding after the data at round {round}"
@@ -525,22 +713,66 @@ mod tests {
         let got = std::fs::read(&seg.path).unwrap();
         assert_eq!(&got[..truth.len()], &truth[..]);
         assert_eq!(used_direct, direct);
+        assert_eq!(used_behind, direct && behind);
     }
 
     #[test]
     fn stage_writes_exactly_the_appended_bytes_direct() {
         // ext4/xfs accept O_DIRECT; tmpfs refuses it and the stage falls back.
-        exercise(false, false);
+        exercise(false, false, false);
+        exercise(false, false, true);
     }
 
     #[test]
     fn stage_writes_exactly_the_appended_bytes_over_recycled_files() {
-        exercise(false, true);
-        exercise(true, true);
+        exercise(false, true, false);
+        exercise(false, true, true);
+        exercise(true, true, true);
+    }
+
+    #[test]
+    fn a_failed_write_behind_is_staged_again() {
+        let dir = tempfile::tempdir().unwrap();
+        if !direct_supported(dir.path()) {
+            return;
+        }
+        let seg = SegmentFile::create(dir.path(), 0).unwrap();
+        let mut stage = Stage::new();
+        stage.set_write_behind(true);
+        let data: Vec<u8> = (0..3 * WRITE_CHUNK + 5000)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let (first, second) = data.split_at(2 * WRITE_CHUNK + 777);
+        stage.buf_mut().extend_from_slice(first);
+        stage.realign();
+        stage.write_out(&seg, WriteOut::Chunk, stage.end()).unwrap();
+        let f = stage.in_flight.take().expect("a write-behind");
+        assert_eq!((f.from, f.to), (0, round_down(first.len() as u64)));
+        // More appends while it is in flight.
+        stage.buf_mut().extend_from_slice(second);
+        stage.realign();
+        assert_eq!(stage.written(), 0);
+        assert_eq!(stage.staged(), data.len() as u64 - f.to);
+        assert_eq!(stage.unwritten(), data.len() as u64);
+        // The write went through; treat it as failed: everything must be staged again,
+        // in order, at an aligned address.
+        let done = f.pending.wait().unwrap();
+        assert!(done.result.is_ok());
+        stage.restage(f.from, f.to, f.lead, done.buf);
+        assert_eq!(stage.file_pos, 0);
+        assert_eq!(stage.wanted_lead(), stage.lead);
+        assert_eq!(stage.slice(0, stage.end()), &data[..]);
+        // A flush writes it all (again) and the file holds exactly the data.
+        stage.write_out(&seg, WriteOut::Flush, stage.end()).unwrap();
+        assert!(stage.in_flight.is_none());
+        assert_eq!(stage.written(), data.len() as u64);
+        let got = std::fs::read(&seg.path).unwrap();
+        assert_eq!(&got[..data.len()], &data[..]);
+        assert!(got[data.len()..].iter().all(|&b| b == 0));
     }
 
     #[test]
     fn stage_writes_exactly_the_appended_bytes_buffered() {
-        exercise(true, false);
+        exercise(true, false, true);
     }
 }

@@ -10,6 +10,11 @@
 //! recycle pool and rolls reuse them (`recycle.rs`): kills land in recycled active
 //! segments with stale batches past the data.
 //!
+//! Now and then the child also appends a burst of 1.5-3 MiB to topic `w` (4 MiB segments)
+//! before the flush, so full MiBs go to the background writer (`LogOptions::write_behind`)
+//! and kills land while those writes are in flight. The checkpoint is 16 bytes: the
+//! sequence end of `c`, then the number of `w` records.
+//!
 //! Default: 200 kills. Longer: `CDC_LOG_CRASH_KILLS=2000 cargo test -p cdc-log --test crash`.
 
 mod common;
@@ -24,6 +29,34 @@ use common::Rng;
 const CHILD_ENV: &str = "CDC_LOG_CRASH_CHILD_DIR";
 const SEED_ENV: &str = "CDC_LOG_CRASH_CHILD_SEED";
 const PARTITIONS: u64 = 3;
+/// Size of the records of the burst topic `w`.
+const W_RECORD: usize = 48 * 1024;
+
+fn burst_config() -> TopicConfig {
+    TopicConfig {
+        partitions: 1,
+        segment_bytes: 4 << 20,
+        retention_ms: None,
+        retention_bytes: Some(8 << 20),
+        segment_ms: None,
+        ..TopicConfig::default()
+    }
+}
+
+/// Record `j` of topic `w`.
+fn burst_value(j: u64, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.extend_from_slice(&j.to_be_bytes());
+    buf.extend(std::iter::repeat_n((j % 253) as u8 ^ 0x5a, W_RECORD - 8));
+}
+
+/// (sequence end of `c`, records of `w`) from a checkpoint.
+fn parse_checkpoint(c: Option<Vec<u8>>) -> (u64, u64) {
+    let Some(c) = c else { return (0, 0) };
+    assert_eq!(c.len(), 16, "16-byte checkpoint");
+    let n = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]));
+    (n(&c[..8]), n(&c[8..]))
+}
 
 fn topic_config() -> TopicConfig {
     TopicConfig {
@@ -67,11 +100,10 @@ fn crash_child() {
     let mut rng = Rng(seed | 1);
     let log = Log::open(&dir, LogOptions::default()).expect("child open");
     let topic = log.topic_or_create("c", topic_config()).expect("topic");
-    let mut next: u64 = log
-        .checkpoint()
-        .map(|c| u64::from_be_bytes(c.try_into().expect("8-byte checkpoint")))
-        .unwrap_or(0);
+    let burst = log.topic_or_create("w", burst_config()).expect("topic");
+    let (mut next, mut w_next) = parse_checkpoint(log.checkpoint());
     let mut vals: Vec<Vec<u8>> = Vec::new();
+    let mut wvals: Vec<Vec<u8>> = vec![Vec::new(); 4];
     loop {
         let n = 1 + rng.below(40);
         let end = next + n;
@@ -101,9 +133,31 @@ fn crash_child() {
                 topic.append(p as u32, &recs[split..]).expect("append");
             }
         }
-        log.flush(Some(&end.to_be_bytes())).expect("flush");
+        if rng.below(6) == 0 {
+            // 1.5-3 MiB in batches of 4 records (192 KiB): full MiBs go behind.
+            let w_end = w_next + 32 + rng.below(32);
+            while w_next < w_end {
+                let n = (w_end - w_next).min(4);
+                for (k, v) in wvals.iter_mut().take(n as usize).enumerate() {
+                    burst_value(w_next + k as u64, v);
+                }
+                let keys: Vec<[u8; 8]> = (w_next..w_next + n).map(|j| j.to_be_bytes()).collect();
+                let recs: Vec<NewRecord<'_>> = (0..n as usize)
+                    .map(|k| NewRecord::new(Some(&keys[k]), Some(&wvals[k]), 0))
+                    .collect();
+                burst.append(0, &recs).expect("append");
+                w_next += n;
+            }
+        }
+        let mut cp = [0u8; 16];
+        cp[..8].copy_from_slice(&end.to_be_bytes());
+        cp[8..].copy_from_slice(&w_next.to_be_bytes());
+        log.flush(Some(&cp)).expect("flush");
         next = end;
-        println!("flushed {end} recycled {}", log.metrics().recycled_segments);
+        println!(
+            "flushed {end} recycled {} burst {w_next}",
+            log.metrics().recycled_segments
+        );
         if rng.below(8) == 0 {
             log.enforce_retention().expect("retention");
         }
@@ -126,12 +180,41 @@ fn pool_files(dir: &std::path::Path) -> usize {
     n
 }
 
+/// Topic `w` holds exactly records `[log start, w_count)`, each intact.
+fn verify_burst(log: &Log, w_count: u64) {
+    let Ok(_) = log.topic("w") else {
+        assert_eq!(w_count, 0);
+        return;
+    };
+    let d = log.describe("w").unwrap();
+    let part = &d.partitions[0];
+    assert_eq!(part.log_end_offset, w_count, "w: log end vs checkpoint");
+    assert_eq!(part.high_watermark, w_count);
+    let mut r = log.reader("w", 0, StartAt::Earliest).unwrap();
+    let mut want = part.log_start_offset;
+    let mut buf = Vec::new();
+    loop {
+        let recs = r.poll(1 << 20).expect("read w after recovery");
+        if recs.is_empty() {
+            break;
+        }
+        for rec in recs {
+            assert_eq!(rec.offset, want, "w: offsets not gapless");
+            burst_value(want, &mut buf);
+            assert!(
+                rec.value.as_deref() == Some(&buf[..]),
+                "w: record {want} damaged"
+            );
+            want += 1;
+        }
+    }
+    assert_eq!(want, w_count, "w: flushed records missing");
+}
+
 fn verify(dir: &std::path::Path, min_checkpoint: u64) -> u64 {
     let log = Log::open(dir, LogOptions::default()).expect("reopen after kill");
-    let cp = log
-        .checkpoint()
-        .map(|c| u64::from_be_bytes(c.try_into().expect("8-byte checkpoint")))
-        .unwrap_or(0);
+    let (cp, w_count) = parse_checkpoint(log.checkpoint());
+    verify_burst(&log, w_count);
     assert!(
         cp >= min_checkpoint,
         "checkpoint {cp} is behind the last completed flush {min_checkpoint}"
@@ -202,6 +285,7 @@ fn sigkill_during_append_and_flush() {
     let mut total_flushes = 0u64;
     let mut saw_pool = 0u64;
     let mut total_recycled = 0u64;
+    let mut max_burst = 0u64;
     for k in 0..kills {
         // A fresh directory now and then keeps verification cheap.
         if k % 25 == 0 && k > 0 {
@@ -221,19 +305,23 @@ fn sigkill_during_append_and_flush() {
             let mut max = 0u64;
             let mut count = 0u64;
             let mut recycled = 0u64;
+            let mut burst = 0u64;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                // "flushed <checkpoint> recycled <rolls into pool files so far>"
+                // "flushed <checkpoint> recycled <rolls into pool files so far> burst <w>"
                 let f: Vec<&str> = line.split_whitespace().collect();
-                if let ["flushed", n, "recycled", r] = f[..] {
-                    if let (Ok(n), Ok(r)) = (n.parse::<u64>(), r.parse::<u64>()) {
+                if let ["flushed", n, "recycled", r, "burst", w] = f[..] {
+                    if let (Ok(n), Ok(r), Ok(w)) =
+                        (n.parse::<u64>(), r.parse::<u64>(), w.parse::<u64>())
+                    {
                         max = max.max(n);
                         recycled = recycled.max(r);
+                        burst = burst.max(w);
                         count += 1;
                     }
                 }
             }
-            (max, count, recycled)
+            (max, count, recycled, burst)
         });
         // Kill at a random moment: sometimes during open/recovery, mostly mid-stream;
         // every tenth child lives longer, so that flushes complete even when a loaded
@@ -242,7 +330,8 @@ fn sigkill_during_append_and_flush() {
         std::thread::sleep(Duration::from_micros(2_000 + rng.below(window)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let (printed, count, recycled) = reader.join().unwrap();
+        let (printed, count, recycled, burst) = reader.join().unwrap();
+        max_burst = max_burst.max(burst);
         total_flushes += count;
         total_recycled += recycled;
         last_printed = last_printed.max(printed);
@@ -251,8 +340,12 @@ fn sigkill_during_append_and_flush() {
         last_printed = last_printed.max(cp);
     }
     eprintln!(
-        "crash test: {kills} kills, {total_flushes} completed flushes observed, recycle-pool files present at {saw_pool} kills, {total_recycled} rolls into recycled files, {:?}",
+        "crash test: {kills} kills, {total_flushes} completed flushes observed, recycle-pool files present at {saw_pool} kills, {total_recycled} rolls into recycled files, up to {max_burst} burst records flushed in one directory, {:?}",
         started.elapsed()
+    );
+    assert!(
+        max_burst > 0,
+        "no burst was flushed: write-behind not exercised"
     );
     assert!(total_flushes > 0, "the child never completed a flush");
     assert!(
