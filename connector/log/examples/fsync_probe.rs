@@ -9,7 +9,8 @@
 //!
 //! - the ledger's step: a 4 KiB overwrite + `fdatasync`; `fdatasync` with nothing dirty;
 //! - `dd oflag=direct bs=1M`'s step: one 1 MiB `O_DIRECT` write at the end of the file;
-//!   the same + `fdatasync` (the segment's step); the same into already written blocks;
+//!   the same + `fdatasync` (the segment's step); the same into already written blocks,
+//!   and into blocks reserved by `fallocate` (unwritten extents);
 //! - the log's flush pattern with no CPU work: ~1.1 MiB per flush written by one `O_DIRECT`
 //!   write (last block padded and written again by the next) + `fdatasync`, then the
 //!   ledger's 4 KiB overwrite + `fdatasync` ("two syncs"); and the same without the ledger
@@ -157,6 +158,22 @@ fn main() {
     let f = open(&scratch, true);
     report(
         "O_DIRECT 1 MiB write at the end + fdatasync",
+        timed(n, |i| {
+            f.write_all_at(mib.get(MIB), (i * MIB) as u64)
+                .expect("write");
+            f.sync_data().expect("fdatasync");
+        }),
+    );
+    drop(f);
+    let _ = std::fs::remove_file(&scratch);
+    let f = open(&scratch, true);
+    // SAFETY: fallocate on an owned, open descriptor; no memory is passed.
+    let rc =
+        unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, (n * MIB) as i64) };
+    assert_eq!(rc, 0, "fallocate: {}", std::io::Error::last_os_error());
+    f.sync_all().expect("sync");
+    report(
+        "O_DIRECT 1 MiB write into fallocated blocks + fdatasync",
         timed(n, |i| {
             f.write_all_at(mib.get(MIB), (i * MIB) as u64)
                 .expect("write");
