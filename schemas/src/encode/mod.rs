@@ -28,6 +28,7 @@ pub mod connect;
 pub mod convert;
 pub mod envelope;
 pub mod json;
+mod memo;
 pub mod temporal;
 pub mod topic;
 
@@ -123,6 +124,8 @@ enum Target {
 
 /// Encodes one table's (or the logical messages') keys and values. See the module docs.
 pub struct Encoder {
+    /// Unique per encoder built (`memo.rs`).
+    id: u64,
     config: EncoderConfig,
     target: Target,
     key_schema: Option<ConnectSchema>,
@@ -310,6 +313,7 @@ impl Encoder {
             }
         }
         Ok(Encoder {
+            id: memo::next_encoder_id(),
             config: config.clone(),
             target,
             key_schema,
@@ -593,17 +597,33 @@ impl Encoder {
                     None => out.extend_from_slice(b"null"),
                 }
                 out.extend_from_slice(b",\"source\":");
-                self.write_source_json(ev, out)?;
+                match &ev.position {
+                    SourcePosition::Postgres(p)
+                        if self.config.source.connector == ConnectorKind::Postgres =>
+                    {
+                        let key = memo::SourceKey {
+                            encoder: self.id,
+                            ts_ms: ev.source_ts_ms,
+                            snapshot: ev.snapshot,
+                            pos: p.clone(),
+                        };
+                        memo::source(&key, out, |o| self.write_source_json(ev, o))?;
+                    }
+                    _ => self.write_source_json(ev, out)?,
+                }
                 out.extend_from_slice(b",\"transaction\":");
                 write_tx_json(out, ev.tx.as_ref());
                 out.extend_from_slice(b",\"op\":\"");
                 out.extend_from_slice(op.code().as_bytes());
-                out.extend_from_slice(b"\",\"ts_ms\":");
-                json::write_i64(out, now_ns.div_euclid(1_000_000));
-                out.extend_from_slice(b",\"ts_us\":");
-                json::write_i64(out, now_ns.div_euclid(1_000));
-                out.extend_from_slice(b",\"ts_ns\":");
-                json::write_i64(out, now_ns);
+                out.push(b'"');
+                memo::times(now_ns, out, |o| {
+                    o.extend_from_slice(b",\"ts_ms\":");
+                    json::write_i64(o, now_ns.div_euclid(1_000_000));
+                    o.extend_from_slice(b",\"ts_us\":");
+                    json::write_i64(o, now_ns.div_euclid(1_000));
+                    o.extend_from_slice(b",\"ts_ns\":");
+                    json::write_i64(o, now_ns);
+                });
                 out.push(b'}');
                 if !self.json_value_head.is_empty() {
                     out.push(b'}');
