@@ -22,10 +22,31 @@
 //! 5. under the partition lock, swap the segment's metadata and bump the epoch.
 //!
 //! Readers holding the old file keep reading its (unlinked) inode consistently.
+//!
+//! Bounded work and memory, as Kafka's cleaner: a partition's closed segments are a
+//! *clean* section (below the cleaner checkpoint: each key appears there at most once,
+//! apart from the tombstone rule) and a *dirty* section (closed since). A run builds the
+//! key map from the dirty section only — 128-bit hashes of the keys with their newest
+//! offset, at most [`LogOptions::cleaner_dedupe_bytes`] of them, whole segments at a time
+//! — then cleans every segment up to the end of what the map covers: a keyed record
+//! survives iff the map has no newer offset for its key, and a tombstone also needs to be
+//! younger than `delete.retention.ms`. The checkpoint (`cleaner-offset-checkpoint` in the
+//! partition directory: the clean section's end and the oldest tombstone it kept) then
+//! moves to that end, so the next run starts where this one stopped even when the map
+//! could not hold the whole dirty section. With nothing dirty, a run only rewrites when a
+//! kept tombstone has expired since. Segments are read and written one batch at a time;
+//! a segment that loses nothing is not rewritten. A lost or unreadable checkpoint only
+//! makes the next run treat everything as dirty.
+//!
+//! Why records beyond the map's range may decide: the map holds real offsets newer than
+//! every record of the section being cleaned, and a record is only dropped when a newer
+//! record of its key exists in the log, whichever segment holds it.
 
 use std::collections::HashMap;
 use std::fs;
-use std::os::unix::fs::FileExt;
+use std::hash::BuildHasher;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -33,7 +54,7 @@ use bytes::Bytes;
 use crate::batch::{decode_into, encode_batch, with_new_records};
 use crate::error::{LogError, Result};
 use crate::index::SegmentIndex;
-use crate::log::{Log, MaintenanceReport};
+use crate::log::{Log, LogOptions, MaintenanceReport};
 use crate::metrics::Metrics;
 use crate::partition::{lock, write_index_files, Partition};
 use crate::record::Record;
@@ -55,7 +76,8 @@ pub fn compact_topic(log: &Log, topic: &str, now: i64) -> Result<MaintenanceRepo
     let mut r = MaintenanceReport::default();
     for p in 0..cfg.partitions {
         let part = log.partition(topic, p)?;
-        let (removed, reclaimed) = compact_partition(log, &part, now - cfg.delete_retention_ms)?;
+        let (removed, reclaimed) =
+            compact_partition(log, &part, log.options(), now - cfg.delete_retention_ms)?;
         Metrics::add(&log.metrics_ref().compaction_runs, 1);
         if removed > 0 {
             r.compacted_partitions += 1;
@@ -66,11 +88,12 @@ pub fn compact_topic(log: &Log, topic: &str, now: i64) -> Result<MaintenanceRepo
     Ok(r)
 }
 
-/// Calls `f` for each batch of `[0, size)` with its decoded records.
+/// Calls `f` for each batch of `[0, size)` with its position and decoded records until it
+/// returns `false`.
 fn for_each_batch(
     file: &SegmentFile,
     size: u64,
-    mut f: impl FnMut(crate::batch::BatchHeader, &[u8], Vec<Record>) -> Result<()>,
+    mut f: impl FnMut(crate::batch::BatchHeader, &[u8], Vec<Record>) -> Result<bool>,
 ) -> Result<()> {
     let mut sc = BatchScanner::new(file, 0, size);
     loop {
@@ -81,7 +104,9 @@ fn for_each_batch(
                 let mut recs = Vec::with_capacity(h.records_count as usize);
                 decode_into(&bytes, &h, 0, &mut recs)
                     .map_err(|e| file.corrupt(pos, h.base_offset, e))?;
-                f(h, slice, recs)?;
+                if !f(h, slice, recs)? {
+                    return Ok(());
+                }
             }
             Err(ScanStop::Io(e)) => return Err(e),
             Err(ScanStop::Bad { position, reason }) => {
@@ -95,117 +120,230 @@ fn for_each_batch(
     }
 }
 
+/// Bytes one key of the map costs (hash, offset, table slack).
+const BYTES_PER_KEY: usize = 32;
+
+/// Newest offset per key, keyed by a 128-bit hash of the key (two independently seeded
+/// SipHash values; a collision would need ~2^64 keys), never more than `max` keys.
+struct OffsetMap {
+    map: HashMap<(u64, u64), u64>,
+    max: usize,
+    h1: std::collections::hash_map::RandomState,
+    h2: std::collections::hash_map::RandomState,
+}
+
+impl OffsetMap {
+    fn new(dedupe_bytes: usize) -> OffsetMap {
+        OffsetMap {
+            map: HashMap::new(),
+            max: (dedupe_bytes / BYTES_PER_KEY).max(1),
+            h1: Default::default(),
+            h2: Default::default(),
+        }
+    }
+
+    fn hash(&self, key: &[u8]) -> (u64, u64) {
+        (self.h1.hash_one(key), self.h2.hash_one(key))
+    }
+
+    /// Records `offset` as the newest of `key`; `false` (nothing recorded) when the map is
+    /// full and the key is new.
+    fn put(&mut self, key: &[u8], offset: u64) -> bool {
+        let h = self.hash(key);
+        if self.map.len() >= self.max && !self.map.contains_key(&h) {
+            return false;
+        }
+        self.map.insert(h, offset);
+        true
+    }
+
+    fn get(&self, key: &[u8]) -> Option<u64> {
+        self.map.get(&self.hash(key)).copied()
+    }
+}
+
+/// File name of the per-partition cleaner checkpoint.
+const CHECKPOINT: &str = "cleaner-offset-checkpoint";
+
+/// Where the clean section ends, and the oldest tombstone timestamp it kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CleanerCheckpoint {
+    clean_end: u64,
+    oldest_tombstone: i64,
+}
+
+impl Default for CleanerCheckpoint {
+    fn default() -> Self {
+        CleanerCheckpoint {
+            clean_end: 0,
+            oldest_tombstone: i64::MAX,
+        }
+    }
+}
+
+fn read_checkpoint(dir: &Path) -> CleanerCheckpoint {
+    let path = dir.join(CHECKPOINT);
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Default::default(),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "cannot read the cleaner checkpoint; the next compaction reads the whole partition");
+            return Default::default();
+        }
+    };
+    let mut it = text.split_whitespace();
+    match (
+        it.next().and_then(|v| v.parse().ok()),
+        it.next().and_then(|v| v.parse().ok()),
+    ) {
+        (Some(clean_end), Some(oldest_tombstone)) => CleanerCheckpoint {
+            clean_end,
+            oldest_tombstone,
+        },
+        _ => {
+            tracing::warn!(file = %path.display(), "malformed cleaner checkpoint; the next compaction reads the whole partition");
+            Default::default()
+        }
+    }
+}
+
+fn write_checkpoint(dir: &Path, cp: CleanerCheckpoint) -> Result<()> {
+    let path = dir.join(CHECKPOINT);
+    let tmp = dir.join(format!("{CHECKPOINT}.tmp"));
+    let text = format!("{} {}\n", cp.clean_end, cp.oldest_tombstone);
+    let mut f = fs::File::create(&tmp).map_err(|e| LogError::io("creating", &tmp, e))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| LogError::io("writing", &tmp, e))?;
+    f.sync_all().map_err(|e| LogError::FsyncFailed {
+        path: tmp.clone(),
+        source: e,
+    })?;
+    fs::rename(&tmp, &path).map_err(|e| LogError::io("renaming", &tmp, e))?;
+    crate::fsutil::sync_dir(dir)
+}
+
+/// A closed, fully durable segment: file, size in bytes, end offset.
+struct Closed {
+    file: Arc<SegmentFile>,
+    size: u64,
+    end: u64,
+}
+
 /// Returns (records removed, bytes reclaimed).
-fn compact_partition(log: &Log, part: &Partition, tombstone_horizon: i64) -> Result<(u64, u64)> {
+fn compact_partition(
+    log: &Log,
+    part: &Partition,
+    options: &LogOptions,
+    tombstone_horizon: i64,
+) -> Result<(u64, u64)> {
     let _m = lock(&part.maintenance);
-    let segs: Vec<(Arc<SegmentFile>, u64)> = {
+    let segs: Vec<Closed> = {
         let st = part.lock();
         (0..st.segments.len().saturating_sub(1))
             .take_while(|&i| st.segment_end(i) <= st.hw)
-            .map(|i| (st.segments[i].file.clone(), st.segments[i].size))
+            .map(|i| Closed {
+                file: st.segments[i].file.clone(),
+                size: st.segments[i].size,
+                end: st.segment_end(i),
+            })
             .collect()
     };
-    if segs.is_empty() {
+    let Some(last) = segs.last() else {
+        return Ok((0, 0));
+    };
+    let mut cp = read_checkpoint(&part.dir);
+    if cp.clean_end > last.end {
+        // Not this log's (a restored or replaced directory): start over.
+        cp = CleanerCheckpoint::default();
+    }
+    let first_dirty = segs
+        .iter()
+        .position(|s| s.end > cp.clean_end)
+        .unwrap_or(segs.len());
+    if first_dirty == segs.len() && cp.oldest_tombstone > tombstone_horizon {
         return Ok((0, 0));
     }
-    // Pass 1: newest offset of every key.
-    let mut latest: HashMap<Bytes, u64> = HashMap::new();
-    for (file, size) in &segs {
-        for_each_batch(file, *size, |_, _, recs| {
-            for r in recs {
-                if let Some(k) = r.key {
-                    latest.insert(k, r.offset);
+    // Pass 1: the key map over the dirty section, whole segments while they fit.
+    let mut map = OffsetMap::new(options.cleaner_dedupe_bytes);
+    let mut covered = first_dirty;
+    for s in &segs[first_dirty..] {
+        let mut fits = true;
+        for_each_batch(&s.file, s.size, |_, _, recs| {
+            for r in &recs {
+                if let Some(k) = &r.key {
+                    if !map.put(k, r.offset) {
+                        fits = false;
+                        return Ok(false);
+                    }
                 }
             }
-            Ok(())
+            Ok(true)
         })?;
+        if !fits {
+            break;
+        }
+        covered += 1;
     }
-    // Pass 2: rewrite each segment that loses records.
+    if covered == first_dirty && first_dirty < segs.len() {
+        tracing::warn!(
+            topic = %part.topic,
+            partition = part.id,
+            segment = %segs[first_dirty].file.path.display(),
+            max_keys = map.max,
+            "the cleaner's key map cannot hold the keys of one segment; this partition is not compacted until LogOptions::cleaner_dedupe_bytes is raised"
+        );
+        if cp.oldest_tombstone > tombstone_horizon {
+            return Ok((0, 0));
+        }
+    }
+    // Pass 2: clean every segment up to the end of what the map covers.
     let keep = |r: &Record| match &r.key {
         None => true,
         Some(k) => {
-            latest.get(k) == Some(&r.offset)
+            map.get(k).is_none_or(|newest| newest == r.offset)
                 && (r.value.is_some() || r.timestamp > tombstone_horizon)
         }
     };
     let mut total_removed = 0u64;
     let mut reclaimed = 0u64;
-    let mut out = Vec::new();
+    let mut oldest_tombstone = i64::MAX;
     let mut scratch = Vec::new();
-    for (file, size) in &segs {
+    for s in &segs[..covered] {
         let mut removed = 0u64;
-        let mut batches: Vec<(crate::batch::BatchHeader, bool, Vec<u8>)> = Vec::new();
-        let mut any = false;
-        for_each_batch(file, *size, |h, slice, recs| {
-            let kept: Vec<&Record> = recs.iter().filter(|r| keep(r)).collect();
-            removed += (recs.len() - kept.len()) as u64;
-            if kept.len() == recs.len() {
-                batches.push((h, !recs.is_empty(), slice.to_vec()));
-                return Ok(());
-            }
-            any = true;
-            let mut buf = Vec::new();
-            let comp = h.compression().unwrap_or_default();
-            with_new_records(&kept, h.base_offset, |records, deltas| {
-                if records.is_empty() {
-                    encode_batch(
-                        &mut buf,
-                        h.base_offset,
-                        &[],
-                        None,
-                        Some(h.last_offset_delta),
-                        comp,
-                        &mut scratch,
-                    )
-                } else {
-                    encode_batch(
-                        &mut buf,
-                        h.base_offset,
-                        records,
-                        Some(deltas),
-                        Some(h.last_offset_delta),
-                        comp,
-                        &mut scratch,
-                    )
+        for_each_batch(&s.file, s.size, |_, _, recs| {
+            for r in &recs {
+                if !keep(r) {
+                    removed += 1;
+                } else if r.key.is_some() && r.value.is_none() {
+                    oldest_tombstone = oldest_tombstone.min(r.timestamp);
                 }
-            })?;
-            let has = !kept.is_empty();
-            batches.push((h, has, buf));
-            Ok(())
+            }
+            Ok(true)
         })?;
-        if !any {
+        if removed == 0 {
             continue;
         }
-        // Drop emptied batches except the last one.
-        let n = batches.len();
-        let mut index = SegmentIndex::default();
-        out.clear();
-        for (i, (h, has_records, bytes)) in batches.into_iter().enumerate() {
-            if !has_records && i + 1 < n {
-                continue;
-            }
-            let hh = crate::batch::BatchHeader::parse(&bytes)
-                .map_err(|e| file.corrupt(0, h.base_offset, e))?;
-            index.on_batch(
-                (hh.base_offset - file.base_offset) as u32,
-                out.len() as u32,
-                bytes.len() as u64,
-                hh.max_timestamp,
-                (hh.last_offset() - file.base_offset) as u32,
-                hh.records_count > 0,
-            );
-            out.extend_from_slice(&bytes);
-        }
-        index.seal();
-        swap_segment(part, file, &out, index)?;
+        let (size, index) = write_cleaned(&s.file, s.size, &keep, &mut scratch)?;
+        swap_segment(part, &s.file, size, index)?;
         total_removed += removed;
-        reclaimed += size.saturating_sub(out.len() as u64);
-        let m = log.metrics_ref();
-        m.total_bytes.fetch_sub(
-            size.saturating_sub(out.len() as u64),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        let freed = s.size.saturating_sub(size);
+        reclaimed += freed;
+        log.metrics_ref()
+            .total_bytes
+            .fetch_sub(freed, std::sync::atomic::Ordering::Relaxed);
     }
+    let clean_end = if covered > 0 {
+        segs[covered - 1].end
+    } else {
+        cp.clean_end
+    };
+    write_checkpoint(
+        &part.dir,
+        CleanerCheckpoint {
+            clean_end,
+            oldest_tombstone,
+        },
+    )?;
     let m = log.metrics_ref();
     Metrics::add(&m.compaction_removed_records, total_removed);
     Metrics::add(&m.compaction_reclaimed_bytes, reclaimed);
@@ -215,28 +353,104 @@ fn compact_partition(log: &Log, part: &Partition, tombstone_horizon: i64) -> Res
     Ok((total_removed, reclaimed))
 }
 
-fn swap_segment(
-    part: &Partition,
-    old: &Arc<SegmentFile>,
-    bytes: &[u8],
-    index: SegmentIndex,
-) -> Result<()> {
+fn cleaned_path(old: &SegmentFile) -> PathBuf {
     let mut cleaned = old.path.clone().into_os_string();
     cleaned.push(".cleaned");
-    let cleaned = std::path::PathBuf::from(cleaned);
+    PathBuf::from(cleaned)
+}
+
+/// Step 1 of the swap: writes the survivors of `file` to `<base>.log.cleaned` one batch at
+/// a time and fsyncs it; returns its size and index. A filtered batch keeps its base offset
+/// and `lastOffsetDelta`; emptied batches are dropped except the segment's last one.
+fn write_cleaned(
+    file: &SegmentFile,
+    size: u64,
+    keep: &dyn Fn(&Record) -> bool,
+    scratch: &mut Vec<u8>,
+) -> Result<(u64, SegmentIndex)> {
+    let path = cleaned_path(file);
     let f = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .open(&cleaned)
-        .map_err(|e| LogError::io("creating", &cleaned, e))?;
-    f.write_all_at(bytes, 0)
-        .map_err(|e| LogError::io("writing", &cleaned, e))?;
+        .open(&path)
+        .map_err(|e| LogError::io("creating", &path, e))?;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, f);
+    let mut index = SegmentIndex::default();
+    let mut written = 0u64;
+    let mut buf = Vec::new();
+    // An emptied batch, written only if no later batch follows.
+    let mut pending_empty: Option<Vec<u8>> = None;
+    let put = |bytes: &[u8],
+               out: &mut std::io::BufWriter<fs::File>,
+               index: &mut SegmentIndex,
+               written: &mut u64|
+     -> Result<()> {
+        let hh = crate::batch::BatchHeader::parse(bytes).map_err(|e| file.corrupt(0, 0, e))?;
+        index.on_batch(
+            (hh.base_offset - file.base_offset) as u32,
+            *written as u32,
+            bytes.len() as u64,
+            hh.max_timestamp,
+            (hh.last_offset() - file.base_offset) as u32,
+            hh.records_count > 0,
+        );
+        out.write_all(bytes)
+            .map_err(|e| LogError::io("writing", &path, e))?;
+        *written += bytes.len() as u64;
+        Ok(())
+    };
+    for_each_batch(file, size, |h, slice, recs| {
+        let kept: Vec<&Record> = recs.iter().filter(|r| keep(r)).collect();
+        let bytes: &[u8] = if kept.len() == recs.len() {
+            slice
+        } else {
+            buf.clear();
+            let comp = h.compression().unwrap_or_default();
+            with_new_records(&kept, h.base_offset, |records, deltas| {
+                encode_batch(
+                    &mut buf,
+                    h.base_offset,
+                    records,
+                    (!records.is_empty()).then_some(deltas),
+                    Some(h.last_offset_delta),
+                    comp,
+                    scratch,
+                )
+            })?;
+            &buf
+        };
+        if kept.is_empty() {
+            pending_empty = Some(bytes.to_vec());
+            return Ok(true);
+        }
+        pending_empty = None;
+        put(bytes, &mut out, &mut index, &mut written)?;
+        Ok(true)
+    })?;
+    if let Some(last) = pending_empty.take() {
+        put(&last, &mut out, &mut index, &mut written)?;
+    }
+    let f = out
+        .into_inner()
+        .map_err(|e| LogError::io("writing", &path, e.into_error()))?;
     f.sync_all().map_err(|e| LogError::FsyncFailed {
-        path: cleaned.clone(),
+        path: path.clone(),
         source: e,
     })?;
-    drop(f);
+    index.seal();
+    Ok((written, index))
+}
+
+/// Steps 2-5 of the swap (module docs): the cleaned file (`size` bytes, fsynced) replaces
+/// `old`.
+fn swap_segment(
+    part: &Partition,
+    old: &Arc<SegmentFile>,
+    size: u64,
+    index: SegmentIndex,
+) -> Result<()> {
+    let cleaned = cleaned_path(old);
     for p in [old.index_path(), old.time_index_path()] {
         match fs::remove_file(&p) {
             Ok(()) => {}
@@ -249,7 +463,6 @@ fn swap_segment(
     let new_file = SegmentFile::open(old.path.clone(), old.base_offset)?;
     write_index_files(&new_file, &index)?;
     crate::fsutil::sync_dir(&part.dir)?;
-    let size = bytes.len() as u64;
     let mut st = part.lock();
     if let Some(seg) = st.segments.iter_mut().find(|s| Arc::ptr_eq(&s.file, old)) {
         seg.file = Arc::new(new_file);

@@ -90,6 +90,11 @@ pub struct LogOptions {
     /// appending thread goes on encoding while the device writes (`stage.rs`). Default
     /// on. Durability is unchanged: a flush waits for those writes before it fsyncs.
     pub write_behind: bool,
+    /// Memory bound of the cleaner's key map (Kafka's `log.cleaner.dedupe.buffer.size`),
+    /// about 32 bytes per distinct key: a compaction run covers as many whole dirty
+    /// segments as fit, and the next run goes on from there (`compaction.rs`). Default
+    /// 64 MiB (about two million keys per run).
+    pub cleaner_dedupe_bytes: usize,
 }
 
 impl Default for LogOptions {
@@ -103,6 +108,7 @@ impl Default for LogOptions {
             read_only: false,
             recycle_segments: crate::recycle::DEFAULT_RECYCLE_SEGMENTS,
             write_behind: true,
+            cleaner_dedupe_bytes: 64 << 20,
         }
     }
 }
@@ -806,6 +812,10 @@ impl Log {
 
     pub fn metrics(&self) -> MetricsSnapshot {
         self.inner.metrics.snapshot()
+    }
+
+    pub(crate) fn options(&self) -> &LogOptions {
+        &self.inner.options
     }
 
     pub(crate) fn metrics_ref(&self) -> &Metrics {

@@ -318,8 +318,22 @@ impl Reader {
     fn poll_generic(&mut self, out: &mut Out<'_, '_>, max_bytes: usize) -> Result<usize> {
         let mut count = 0usize;
         let mut budget = max_bytes.max(1);
-        // Bounded: each round either yields records, moves to a later segment, or stops.
-        for _ in 0..1024 {
+        // Each round yields records, moves past an empty batch or into a later segment, or
+        // stops; compaction can leave any number of segments holding one empty batch, so
+        // the rounds are not counted, only rounds that change nothing (a safeguard).
+        let mut prev = None;
+        let mut stalled = 0;
+        loop {
+            let state = (self.next, self.cursor.as_ref().map(|c| c.pos));
+            if prev == Some(state) {
+                stalled += 1;
+                if stalled > 2 {
+                    break;
+                }
+            } else {
+                stalled = 0;
+            }
+            prev = Some(state);
             let Located::Data {
                 file,
                 pos,

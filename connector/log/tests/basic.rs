@@ -328,6 +328,124 @@ fn compaction_keeps_latest_and_expires_tombstones() {
     assert!(log.metrics().recovery_rebuilt_indexes == 0);
 }
 
+/// A key map too small for the dirty section: each run cleans the whole segments the map
+/// covers and moves the cleaner checkpoint, the next goes on from there, and the runs end
+/// where one full run would: each key once among the closed segments (its newest there),
+/// survivors at their offsets, the active segment untouched. Then, with nothing new, a
+/// run rewrites nothing.
+#[test]
+fn compaction_with_a_small_key_map_progresses_over_runs() {
+    // About 40 keys per run; segments of ~30 records.
+    compaction_converges(40 * 32, None);
+}
+
+/// Compaction that leaves a thousand segments holding one empty batch each (one record
+/// per segment, most of them superseded): a reader from the start still gets to the
+/// survivors in one `poll`, however many empty segments come first.
+#[test]
+fn readers_cross_any_number_of_emptied_segments() {
+    // Timestamps from 1970 make every append roll with the default `segment.ms`.
+    compaction_converges(64 << 20, Some(TopicConfig::default().segment_ms));
+    compaction_converges(40 * 32, Some(TopicConfig::default().segment_ms));
+}
+
+fn compaction_converges(dedupe_bytes: usize, segment_ms: Option<Option<i64>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(
+        dir.path(),
+        LogOptions {
+            cleaner_dedupe_bytes: dedupe_bytes,
+            ..LogOptions::default()
+        },
+    )
+    .unwrap();
+    let t = log
+        .create_topic(
+            "c",
+            TopicConfig {
+                cleanup_policy: CleanupPolicy::COMPACT,
+                segment_bytes: 4096,
+                segment_ms: segment_ms.unwrap_or(None),
+                ..small_topic(1)
+            },
+        )
+        .unwrap();
+    // 200 keys, 6 rounds.
+    let mut all = Vec::new();
+    for round in 0..6 {
+        for k in 0..200u32 {
+            let key = format!("key-{k:04}");
+            let value = format!("r{round}-{}", "x".repeat(100));
+            let info = t
+                .append(0, &[rec(key.as_bytes(), value.as_bytes(), 1_000)])
+                .unwrap();
+            all.push((info.base_offset, key, value));
+        }
+    }
+    log.flush(None).unwrap();
+    let before = read_all(&log, "c", 0);
+    assert_eq!(before.len(), all.len());
+    // ~40 closed segments, ~1.3 covered per run: 60 runs reach the end.
+    let removed_per_run: Vec<u64> = (0..60)
+        .map(|_| log.compact_at("c", 10_000).unwrap().removed_records)
+        .collect();
+    let runs_with_removals = removed_per_run.iter().filter(|&&n| n > 0).count();
+    if dedupe_bytes < 100 * 32 {
+        assert!(
+            runs_with_removals > 3,
+            "one run did everything ({removed_per_run:?}): the map bound was not exercised"
+        );
+    } else {
+        assert_eq!(runs_with_removals, 1, "{removed_per_run:?}");
+    }
+    assert_eq!(removed_per_run.last(), Some(&0));
+    assert!(dir
+        .path()
+        .join("topics/c/0/cleaner-offset-checkpoint")
+        .exists());
+    // The closed segments end where the active one starts.
+    let desc = log.describe("c").unwrap();
+    let after = read_all(&log, "c", 0);
+    assert_eq!(desc.partitions[0].log_end_offset, all.len() as u64);
+    let active_base = {
+        let mut bases: Vec<u64> = std::fs::read_dir(dir.path().join("topics/c/0"))
+            .unwrap()
+            .filter_map(|e| {
+                let n = e.unwrap().file_name().to_string_lossy().to_string();
+                n.strip_suffix(".log").and_then(|b| b.parse().ok())
+            })
+            .collect();
+        bases.sort();
+        *bases.last().unwrap()
+    };
+    // Expected: per key the newest record below the active segment, plus everything in it.
+    let mut newest_closed = std::collections::HashMap::new();
+    for (o, k, _) in &all {
+        if *o < active_base {
+            newest_closed.insert(k.clone(), *o);
+        }
+    }
+    let expected: Vec<&(u64, String, String)> = all
+        .iter()
+        .filter(|(o, k, _)| *o >= active_base || newest_closed[k] == *o)
+        .collect();
+    assert_eq!(after.len(), expected.len(), "runs: {removed_per_run:?}");
+    for (r, (o, k, v)) in after.iter().zip(&expected) {
+        assert_eq!(r.offset, *o);
+        assert_eq!(r.key.as_deref(), Some(k.as_bytes()));
+        assert_eq!(r.value.as_deref(), Some(v.as_bytes()));
+    }
+    // Nothing dirty, no tombstone: nothing read or rewritten.
+    let m0 = log.metrics().compaction_removed_records;
+    assert_eq!(log.compact_at("c", 10_000).unwrap().removed_records, 0);
+    assert_eq!(log.metrics().compaction_removed_records, m0);
+    // The files reopen as they are.
+    drop(t);
+    drop(log);
+    let log = open(dir.path());
+    assert_eq!(read_all(&log, "c", 0), after);
+}
+
 #[test]
 fn disk_budget_blocks_until_group_reads() {
     let dir = tempfile::tempdir().unwrap();
