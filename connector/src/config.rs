@@ -332,8 +332,15 @@ pub struct LogConfig {
     /// when it is reached. Unset: no budget.
     #[serde(default)]
     pub disk_budget_bytes: Option<u64>,
+    /// Memory bound of the cleaner's key map (Kafka's `log.cleaner.dedupe.buffer.size`):
+    /// about 32 bytes per key; a compaction run covers as many dirty segments as fit.
+    #[serde(default = "default_cleaner_dedupe_bytes")]
+    pub cleaner_dedupe_bytes: u64,
 }
 
+fn default_cleaner_dedupe_bytes() -> u64 {
+    64 << 20
+}
 fn default_segment_bytes() -> u64 {
     1 << 30
 }
@@ -386,6 +393,15 @@ impl LogConfig {
                 )),
             }
         };
+        if self.cleaner_dedupe_bytes < 1 << 20 {
+            return Err((
+                "log.cleaner_dedupe_bytes".into(),
+                format!(
+                    "{} is too small: use at least 1048576 (1 MiB); default 67108864 (64 MiB)",
+                    self.cleaner_dedupe_bytes
+                ),
+            ));
+        }
         if !(1024..=1 << 40).contains(&self.segment_bytes) {
             return Err((
                 "log.segment_bytes".into(),
@@ -435,6 +451,7 @@ impl LogConfig {
         cdc_log::LogOptions {
             flush_policy,
             disk_budget_bytes: self.disk_budget_bytes,
+            cleaner_dedupe_bytes: usize::try_from(self.cleaner_dedupe_bytes).unwrap_or(usize::MAX),
             ..cdc_log::LogOptions::default()
         }
     }
@@ -463,6 +480,7 @@ impl Default for LogConfig {
             delete_retention_ms: default_delete_retention_ms(),
             compression: default_compression(),
             disk_budget_bytes: None,
+            cleaner_dedupe_bytes: default_cleaner_dedupe_bytes(),
         }
     }
 }
@@ -1221,7 +1239,7 @@ listen = "127.0.0.1:8083"
         let c = load(
             &GOOD.replace(
                 "partitions = 6",
-                "partitions = 6\nsegment_bytes = 65536\nretention_ms = -1\ncleanup_policy = \"compact,delete\"\ncompression = \"zstd\"\nflush_interval_ms = 200\ndisk_budget_bytes = 1000000",
+                "partitions = 6\nsegment_bytes = 65536\nretention_ms = -1\ncleanup_policy = \"compact,delete\"\ncompression = \"zstd\"\nflush_interval_ms = 200\ndisk_budget_bytes = 1000000\ncleaner_dedupe_bytes = 2097152",
             ),
             &[],
         )
@@ -1231,6 +1249,7 @@ listen = "127.0.0.1:8083"
         assert_eq!(t.retention_ms, None);
         assert_eq!(t.cleanup_policy, cdc_log::CleanupPolicy::COMPACT_DELETE);
         assert_eq!(t.compression, cdc_log::Compression::Zstd);
+        assert_eq!(c.log.log_options().cleaner_dedupe_bytes, 2 << 20);
         assert!(matches!(
             c.log.log_options().flush_policy,
             cdc_log::FlushPolicy::Threshold {
@@ -1245,6 +1264,7 @@ listen = "127.0.0.1:8083"
             ("retention_ms = -5", "log.retention_ms"),
             ("retention_bytes = 0", "log.retention_bytes"),
             ("flush_bytes = 0", "log.flush_bytes"),
+            ("cleaner_dedupe_bytes = 1000", "log.cleaner_dedupe_bytes"),
         ] {
             let e = load(
                 &GOOD.replace("partitions = 6", &format!("partitions = 6\n{line}")),
