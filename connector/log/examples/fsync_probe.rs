@@ -73,6 +73,15 @@ fn timed(n: usize, mut f: impl FnMut(usize)) -> Vec<f64> {
         .collect()
 }
 
+/// `n` times: a 1 MiB write at MiB `i` of `f` + fdatasync; the seconds of each.
+fn write_and_sync(f: &File, mib: &Aligned, n: usize) -> Vec<f64> {
+    timed(n, |i| {
+        f.write_all_at(mib.get(MIB), (i * MIB) as u64)
+            .expect("write");
+        f.sync_data().expect("fdatasync");
+    })
+}
+
 /// The log's flush pattern; returns MB/s.
 fn flush_pattern(dir: &Path, n: usize, ledger: bool) -> f64 {
     let path = dir.join("segment");
@@ -147,22 +156,14 @@ fn main() {
     );
     report(
         "O_DIRECT 1 MiB overwrite of written blocks + fdatasync",
-        timed(n, |i| {
-            f.write_all_at(mib.get(MIB), (i * MIB) as u64)
-                .expect("write");
-            f.sync_data().expect("fdatasync");
-        }),
+        write_and_sync(&f, &mib, n),
     );
     drop(f);
     let _ = std::fs::remove_file(&scratch);
     let f = open(&scratch, true);
     report(
         "O_DIRECT 1 MiB write at the end + fdatasync",
-        timed(n, |i| {
-            f.write_all_at(mib.get(MIB), (i * MIB) as u64)
-                .expect("write");
-            f.sync_data().expect("fdatasync");
-        }),
+        write_and_sync(&f, &mib, n),
     );
     drop(f);
     let _ = std::fs::remove_file(&scratch);
@@ -174,11 +175,7 @@ fn main() {
     f.sync_all().expect("sync");
     report(
         "O_DIRECT 1 MiB write into fallocated blocks + fdatasync",
-        timed(n, |i| {
-            f.write_all_at(mib.get(MIB), (i * MIB) as u64)
-                .expect("write");
-            f.sync_data().expect("fdatasync");
-        }),
+        write_and_sync(&f, &mib, n),
     );
     drop(f);
     let _ = std::fs::remove_file(&scratch);

@@ -132,15 +132,19 @@ fn append_run(
     ))
 }
 
-/// `--steady`: see the module docs.
-fn steady(a: &Args) -> Result<(), cdc_log::LogError> {
-    let log = Log::open(
+fn open_log(a: &Args) -> Result<Log, cdc_log::LogError> {
+    Log::open(
         &a.dir,
         LogOptions {
             write_behind: a.write_behind,
             ..LogOptions::default()
         },
-    )?;
+    )
+}
+
+/// `--steady`: see the module docs.
+fn steady(a: &Args) -> Result<(), cdc_log::LogError> {
+    let log = open_log(a)?;
     println!(
         "cdc-log bench (steady state, recycled segments): dir {}, {} MiB timed per size, flush every {} KiB, segment {} MiB, retention {} MiB",
         a.dir.display(),
@@ -190,13 +194,7 @@ fn main() -> Result<(), cdc_log::LogError> {
     if a.steady {
         return steady(&a);
     }
-    let log = Log::open(
-        &a.dir,
-        LogOptions {
-            write_behind: a.write_behind,
-            ..LogOptions::default()
-        },
-    )?;
+    let log = open_log(&a)?;
     println!(
         "cdc-log bench: dir {}, {} MiB per size, flush every {} KiB",
         a.dir.display(),
