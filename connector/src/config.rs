@@ -336,8 +336,15 @@ pub struct LogConfig {
     /// about 32 bytes per key; a compaction run covers as many dirty segments as fit.
     #[serde(default = "default_cleaner_dedupe_bytes")]
     pub cleaner_dedupe_bytes: u64,
+    /// How often the log's maintenance runs: `segment.ms` rolls, retention (time and
+    /// size), compaction (Kafka's `log.retention.check.interval.ms`).
+    #[serde(default = "default_maintenance_interval_ms")]
+    pub maintenance_interval_ms: u64,
 }
 
+fn default_maintenance_interval_ms() -> u64 {
+    60_000
+}
 fn default_cleaner_dedupe_bytes() -> u64 {
     64 << 20
 }
@@ -393,6 +400,15 @@ impl LogConfig {
                 )),
             }
         };
+        if self.maintenance_interval_ms < 100 {
+            return Err((
+                "log.maintenance_interval_ms".into(),
+                format!(
+                    "{}: use at least 100 (ms); default 60000",
+                    self.maintenance_interval_ms
+                ),
+            ));
+        }
         if self.cleaner_dedupe_bytes < 1 << 20 {
             return Err((
                 "log.cleaner_dedupe_bytes".into(),
@@ -452,6 +468,9 @@ impl LogConfig {
             flush_policy,
             disk_budget_bytes: self.disk_budget_bytes,
             cleaner_dedupe_bytes: usize::try_from(self.cleaner_dedupe_bytes).unwrap_or(usize::MAX),
+            maintenance_interval: Some(std::time::Duration::from_millis(
+                self.maintenance_interval_ms.max(1),
+            )),
             ..cdc_log::LogOptions::default()
         }
     }
@@ -481,6 +500,7 @@ impl Default for LogConfig {
             compression: default_compression(),
             disk_budget_bytes: None,
             cleaner_dedupe_bytes: default_cleaner_dedupe_bytes(),
+            maintenance_interval_ms: default_maintenance_interval_ms(),
         }
     }
 }
@@ -1250,6 +1270,15 @@ listen = "127.0.0.1:8083"
         assert_eq!(t.cleanup_policy, cdc_log::CleanupPolicy::COMPACT_DELETE);
         assert_eq!(t.compression, cdc_log::Compression::Zstd);
         assert_eq!(c.log.log_options().cleaner_dedupe_bytes, 2 << 20);
+        assert_eq!(
+            load(GOOD, &[])
+                .unwrap()
+                .log
+                .log_options()
+                .maintenance_interval,
+            Some(std::time::Duration::from_secs(60)),
+            "cdc run must run retention and compaction"
+        );
         assert!(matches!(
             c.log.log_options().flush_policy,
             cdc_log::FlushPolicy::Threshold {
@@ -1265,6 +1294,7 @@ listen = "127.0.0.1:8083"
             ("retention_bytes = 0", "log.retention_bytes"),
             ("flush_bytes = 0", "log.flush_bytes"),
             ("cleaner_dedupe_bytes = 1000", "log.cleaner_dedupe_bytes"),
+            ("maintenance_interval_ms = 5", "log.maintenance_interval_ms"),
         ] {
             let e = load(
                 &GOOD.replace("partitions = 6", &format!("partitions = 6\n{line}")),

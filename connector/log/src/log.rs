@@ -1307,8 +1307,13 @@ fn spawn_maintenance(weak: Weak<LogInner>, stop: Arc<(Mutex<bool>, Condvar)>, ev
             }
             let Some(inner) = weak.upgrade() else { return };
             let log = Log { inner };
-            if let Err(e) = log.run_maintenance() {
-                tracing::warn!(error = %e, transient = e.is_transient(), "log maintenance failed");
+            match log.run_maintenance() {
+                Ok(_) => {}
+                // A clean stop (`Log::close`): nothing more to maintain.
+                Err(LogError::Closed(_)) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, transient = e.is_transient(), "log maintenance failed")
+                }
             }
         });
     if let Err(e) = spawned {

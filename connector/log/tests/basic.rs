@@ -256,6 +256,65 @@ fn time_retention_deletes_old_closed_segments() {
     assert!(recs.iter().filter(|r| r.timestamp == now).count() == 20);
 }
 
+/// `LogOptions::maintenance_interval` (what `cdc run` sets): the background thread applies
+/// size retention and compaction without anyone calling them, and stops after `close`.
+#[test]
+fn maintenance_thread_applies_retention_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(
+        dir.path(),
+        LogOptions {
+            maintenance_interval: Some(Duration::from_millis(20)),
+            ..LogOptions::default()
+        },
+    )
+    .unwrap();
+    let sized = log
+        .create_topic(
+            "sized",
+            TopicConfig {
+                retention_bytes: Some(4096),
+                segment_ms: None,
+                ..small_topic(1)
+            },
+        )
+        .unwrap();
+    let compacted = log
+        .create_topic(
+            "compacted",
+            TopicConfig {
+                cleanup_policy: CleanupPolicy::COMPACT,
+                segment_ms: None,
+                ..small_topic(1)
+            },
+        )
+        .unwrap();
+    for i in 0..200u32 {
+        sized.append(0, &[rec(b"k", &[7u8; 100], 0)]).unwrap();
+        let key = format!("k{}", i % 5);
+        compacted
+            .append(0, &[rec(key.as_bytes(), &i.to_be_bytes(), 0)])
+            .unwrap();
+    }
+    log.flush(None).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = log.describe("sized").unwrap().partitions[0].clone();
+        let c = read_all(&log, "compacted", 0).len();
+        if s.log_start_offset > 0 && c < 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "maintenance did not run: log start {}, {c} compacted-topic records",
+            s.log_start_offset
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(log.metrics().compaction_runs > 0);
+    log.close().unwrap();
+}
+
 #[test]
 fn compaction_keeps_latest_and_expires_tombstones() {
     let dir = tempfile::tempdir().unwrap();
