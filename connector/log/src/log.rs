@@ -994,6 +994,10 @@ impl Log {
             let rolled = p.roll_if_due(t.config.segment_ms, now);
             self.settle_released(&p);
             rolled?;
+            if let Err(e) = p.trim_if_idle() {
+                // The stage kept its bytes; the next append or flush reports the error.
+                tracing::warn!(topic = %t.name, partition = p.id, error = %e, "write-behind failed while trimming an idle partition");
+            }
         }
         let mut r = crate::retention::enforce_retention(self, now_ms())?;
         for t in self.topics() {

@@ -105,6 +105,8 @@ pub struct PartitionState {
     pub pool: Pool,
     /// Length of the recycled file under the active segment (0 if it was created empty).
     pub active_stale: u64,
+    /// `leo` at the last [`Partition::trim_if_idle`]: unchanged means no append since.
+    pub idle_mark: u64,
 }
 
 impl PartitionState {
@@ -390,6 +392,7 @@ impl Partition {
                 roll_ts: None,
                 pool: Pool::new(options.recycle_segments),
                 active_stale: 0,
+                idle_mark: 0,
             },
         ))
     }
@@ -436,6 +439,22 @@ impl Partition {
     /// make, without a "recovery cut" alarm after every clean restart). Bytes appended but
     /// not flushed go too, as a crash would lose them; nothing fsynced is cut. A segment
     /// in a file created for it is left alone (recovery has nothing stale to cut there).
+    /// Maintenance: a partition with no append since the last call gives its write
+    /// stage's spare memory back (`Stage::shrink`), so a table that was loaded once (a
+    /// snapshot) does not keep megabytes of buffers.
+    pub fn trim_if_idle(&self) -> Result<()> {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if st.leo != st.idle_mark {
+            st.idle_mark = st.leo;
+            return Ok(());
+        }
+        match st.segments.last() {
+            Some(active) => st.stage.shrink(&active.file),
+            None => Ok(()),
+        }
+    }
+
     pub fn cut_recycled_tail(&self) -> Result<()> {
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -696,6 +715,7 @@ impl Partition {
             pool,
             // Recovery cut the active segment's file to its valid bytes.
             active_stale: 0,
+            idle_mark: leo,
         };
         Ok((Partition::from_state(topic, id, dir, st), report))
     }

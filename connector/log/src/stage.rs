@@ -264,6 +264,25 @@ impl Stage {
         }
     }
 
+    /// Gives memory back while the partition is quiet: drops the spare buffer and moves the
+    /// staged bytes (at most a block after a flush) into a buffer of their own size. Waits
+    /// for the write-behind in flight first.
+    pub fn shrink(&mut self, seg: &SegmentFile) -> Result<()> {
+        self.settle(seg)?;
+        self.spare = Vec::new();
+        let n = self.len();
+        if self.buf.capacity() <= n + 2 * ALIGN {
+            return Ok(());
+        }
+        // Room for `realign`'s reserve: it must not reallocate again.
+        let mut small = Vec::with_capacity(n + 2 * ALIGN);
+        small.extend_from_slice(&self.buf[self.lead..self.lead + n]);
+        self.buf = small;
+        self.lead = 0;
+        self.realign();
+        Ok(())
+    }
+
     /// Stages again the bytes `[from, to)` of a failed write-behind (in `buf` from `lead`),
     /// in front of what was staged since.
     fn restage(&mut self, from: u64, to: u64, lead: usize, mut buf: Vec<u8>) {
@@ -728,6 +747,38 @@ mod tests {
         exercise(false, true, false);
         exercise(false, true, true);
         exercise(true, true, true);
+    }
+
+    #[test]
+    fn shrink_keeps_the_bytes_and_gives_the_buffers_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = SegmentFile::create(dir.path(), 0).unwrap();
+        let mut stage = Stage::new();
+        stage.set_write_behind(true);
+        let data: Vec<u8> = (0..3 * WRITE_CHUNK + 3000)
+            .map(|i| (i % 241) as u8)
+            .collect();
+        for part in data.chunks(WRITE_CHUNK / 2 + 17) {
+            if stage.staged() >= WRITE_CHUNK as u64 {
+                stage.write_out(&seg, WriteOut::Chunk, stage.end()).unwrap();
+            }
+            stage.buf_mut().extend_from_slice(part);
+            stage.realign();
+        }
+        stage.shrink(&seg).unwrap();
+        assert!(stage.in_flight.is_none());
+        assert_eq!(stage.spare.capacity(), 0);
+        assert!(stage.buf.capacity() <= stage.len() + 2 * ALIGN);
+        assert_eq!(stage.wanted_lead(), stage.lead);
+        assert_eq!(
+            stage.slice(stage.file_pos, stage.end()),
+            &data[stage.file_pos as usize..]
+        );
+        stage.write_out(&seg, WriteOut::Flush, stage.end()).unwrap();
+        stage.shrink(&seg).unwrap();
+        assert!(stage.buf.capacity() <= 3 * ALIGN);
+        let got = std::fs::read(&seg.path).unwrap();
+        assert_eq!(&got[..data.len()], &data[..]);
     }
 
     #[test]
