@@ -897,9 +897,9 @@ impl Partition {
                     active.file.path.display()
                 ));
             }
-            if matches!(e, LogError::FsyncFailed { .. }) {
+            if matches!(e, LogError::FsyncFailed { .. } | LogError::Poisoned(_)) {
                 // A failed fsync may have dropped dirty pages: a later, successful one
-                // would not bring them back.
+                // would not bring them back. A poisoned stage lost bytes (`stage.rs`).
                 st.poisoned = Some(e.to_string());
             }
             return Err(e);

@@ -130,6 +130,9 @@ pub struct Stage {
     in_flight: Option<InFlight>,
     /// The buffer of the last finished write-behind, for the next one.
     spare: Vec<u8>,
+    /// Set when a write-behind's bytes were lost with its thread: every later write-out
+    /// fails (the file would have a hole).
+    broken: Option<String>,
 }
 
 impl Drop for Stage {
@@ -175,6 +178,7 @@ impl Stage {
             behind: false,
             in_flight: None,
             spare: Vec::new(),
+            broken: None,
         };
         s.realign();
         s
@@ -229,16 +233,22 @@ impl Stage {
     /// returned. `O_DIRECT` refused by the kernel is not an error: the bytes are staged
     /// again and written through the page cache from then on.
     pub fn settle(&mut self, seg: &SegmentFile) -> Result<()> {
+        if let Some(why) = &self.broken {
+            return Err(LogError::Poisoned(why.clone()));
+        }
         let Some(f) = self.in_flight.take() else {
             return Ok(());
         };
         let Some(done) = f.pending.wait() else {
             // The buffer is gone with the thread: the bytes cannot be written again.
-            self.direct = Direct::Off;
-            return Err(LogError::Poisoned(format!(
-                "the background writer of {} stopped; restart the process",
-                seg.path.display()
-            )));
+            let why = format!(
+                "the background writer of {} stopped with bytes {}..{} unwritten; restart the process (nothing unflushed was acknowledged)",
+                seg.path.display(),
+                f.from,
+                f.to
+            );
+            self.broken = Some(why.clone());
+            return Err(LogError::Poisoned(why));
         };
         match done.result {
             Ok(()) => {
