@@ -434,11 +434,6 @@ impl Partition {
         )
     }
 
-    /// [`crate::Log::close`]: a recycled active segment's file is cut to its flushed bytes,
-    /// so the next open finds no stale tail to cut and report (the same cut recovery would
-    /// make, without a "recovery cut" alarm after every clean restart). Bytes appended but
-    /// not flushed go too, as a crash would lose them; nothing fsynced is cut. A segment
-    /// in a file created for it is left alone (recovery has nothing stale to cut there).
     /// Maintenance: a partition with no append since the last call gives its write
     /// stage's spare memory back (`Stage::shrink`), so a table that was loaded once (a
     /// snapshot) does not keep megabytes of buffers.
@@ -455,6 +450,11 @@ impl Partition {
         }
     }
 
+    /// [`crate::Log::close`]: a recycled active segment's file is cut to its flushed bytes,
+    /// so the next open finds no stale tail to cut and report (the same cut recovery would
+    /// make, without a "recovery cut" alarm after every clean restart). Bytes appended but
+    /// not flushed go too, as a crash would lose them; nothing fsynced is cut. A segment
+    /// in a file created for it is left alone (recovery has nothing stale to cut there).
     pub fn cut_recycled_tail(&self) -> Result<()> {
         let mut guard = self.lock();
         let st = &mut *guard;
