@@ -290,7 +290,7 @@ fn compact_partition(
             partition = part.id,
             segment = %segs[first_dirty].file.path.display(),
             max_keys = map.max,
-            "the cleaner's key map cannot hold the keys of one segment; this partition is not compacted until LogOptions::cleaner_dedupe_bytes is raised"
+            "the cleaner's key map cannot hold the keys of one segment; this partition is not compacted until log.cleaner_dedupe_bytes (LogOptions::cleaner_dedupe_bytes) is raised"
         );
         if cp.oldest_tombstone > tombstone_horizon {
             return Ok((0, 0));
