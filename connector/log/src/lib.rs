@@ -45,10 +45,12 @@
 //! - `index`: offset and time index (`.index`, `.timeindex` formats).
 //! - `segment`: segment files and naming, the batch scanner.
 //! - `stage`: the active segment's write staging (large, mostly `O_DIRECT`, writes).
+//! - `writer`: the background threads that take a stage's full MiBs (write-behind).
 //! - `ledger`: the durable-state file (`ledger` format).
 //! - `groups`: committed offsets (`groups` format).
 //! - [`topic_config`]: [`TopicConfig`] and `topic.conf`.
-//! - `retention`, `compaction`: deleting and cleaning closed segments.
+//! - `retention`, `compaction`: deleting and cleaning closed segments (the cleaner's
+//!   bounded key map and its per-partition checkpoint).
 //! - `recycle`: the pool of dropped segment files a roll reuses (overwrites are cheaper
 //!   to make durable than appends to new files).
 //! - [`partitioner`]: Kafka's murmur2 partitioner.
