@@ -58,7 +58,9 @@
 //! open while the writer's retention drops and recycles it sees the new segment's bytes
 //! through its descriptor; its reader checks that every batch lies in the segment's
 //! offset range and re-reads the ledger on a mismatch (`reader.rs`), so it reports the
-//! offset as out of range (as when a plain delete outran it), not wrong records.
+//! offset as out of range (as when a plain delete outran it), not wrong records. A
+//! read-only refresh that scans a file retention dropped meanwhile retries with the
+//! ledger as it is now (`Log::refresh`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
