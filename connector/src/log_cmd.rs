@@ -148,8 +148,19 @@ fn log_dir(target: &LogTarget) -> Result<(PathBuf, Option<crate::config::LogConf
     }
 }
 
-fn open_writer(dir: &std::path::Path) -> Result<Log, Failure> {
-    Log::open(dir, LogOptions::default()).map_err(|e| match e {
+/// Opens the log for writing; with a `[log]` section, with its cleaner bound (the
+/// maintenance `produce` runs at its end), but no background threads.
+fn open_writer(
+    dir: &std::path::Path,
+    config: Option<&crate::config::LogConfig>,
+) -> Result<Log, Failure> {
+    let options = LogOptions {
+        cleaner_dedupe_bytes: config.map_or(LogOptions::default().cleaner_dedupe_bytes, |c| {
+            c.log_options().cleaner_dedupe_bytes
+        }),
+        ..LogOptions::default()
+    };
+    Log::open(dir, options).map_err(|e| match e {
         LogError::Locked { pid, .. } => Failure(
             1,
             format!(
@@ -213,7 +224,7 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
             key_field,
             flush_every,
         } => {
-            let log = open_writer(&dir)?;
+            let log = open_writer(&dir, log_config.as_ref())?;
             let config = match &log_config {
                 Some(c) => TopicConfig {
                     partitions,
@@ -257,7 +268,7 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
                     ))
                 }
             };
-            let log = open_writer(&dir)?;
+            let log = open_writer(&dir, log_config.as_ref())?;
             reset_group(&log, &group, &topic, partition, to)
         }
     }
