@@ -36,8 +36,11 @@
 //! ## The pieces (each module's docs give its invariants and, where it owns a file, the
 //! byte-by-byte format)
 //!
-//! - [`log`]: [`Log`] (open/recover, topics, `flush` + checkpoint, groups, describe,
-//!   disk budget, maintenance) and [`Topic`] (append, `append_keyed`).
+//! - [`log`]: [`Log`] (topics, describe) and [`Topic`], with a child module per job:
+//!   `open` (open/recover), `append` ([`Topic`]'s `append`, `append_keyed`; the flush
+//!   policy), `flush` (`flush` + checkpoint, `close`), `view` (read-only `refresh`),
+//!   `consumers` (readers, groups), `budget` (disk budget), `maintenance` (retention and
+//!   compaction runs, the maintenance thread).
 //! - [`reader`]: [`Reader`] — poll / `next_batch` with timeout / `wait` / async `ready`,
 //!   [`StartAt`] (offset, timestamp, earliest, latest), [`ResetPolicy`].
 //! - `partition`: a partition's segments, single writer, high watermark, recovery.

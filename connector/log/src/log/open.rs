@@ -1,0 +1,255 @@
+//! Opening a log directory ([`Log::open`]): the writer's lock, the ledger (created, or
+//! migrated from format 1), every topic's partitions recovered against it
+//! (`partition/recovery.rs`), the ledger rewritten when recovery moved a bound, and the
+//! background threads started.
+//!
+//! Invariants: a writer's open refuses to forget durable data — a ledger entry with
+//! durable records but no topic or partition defining it is `DurableDataLost`, and a
+//! missing ledger while topics exist is a corrupt file. A topic directory without
+//! `topic.conf` is a creation a crash interrupted: a writer removes it, a read-only open
+//! skips it. A read-only open takes no lock, writes nothing and starts no thread.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Instant;
+
+use super::append::spawn_flusher;
+use super::maintenance::spawn_maintenance;
+use super::{
+    topics_dir, BudgetSignal, FlushClock, FlushPolicy, Log, LogInner, LogOptions, TopicInner,
+};
+use crate::error::{LogError, Result};
+use crate::fsutil::{self, DirLock};
+use crate::groups::GroupStore;
+use crate::ledger::{LedgerFile, LedgerState, LoadedFormat};
+use crate::metrics::Metrics;
+use crate::notify::Notifier;
+use crate::partition::Partition;
+use crate::topic_config::{validate_topic_name, TopicConfig};
+
+pub(super) fn list_topic_dirs(td: &Path) -> Result<Vec<String>> {
+    let mut topic_names = Vec::new();
+    let rd = match fs::read_dir(td) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(topic_names),
+        Err(e) => return Err(LogError::io("listing", td, e)),
+    };
+    for ent in rd {
+        let ent = ent.map_err(|e| LogError::io("listing", td, e))?;
+        if let Some(name) = ent.file_name().to_str() {
+            if ent.path().is_dir() && validate_topic_name(name).is_ok() {
+                topic_names.push(name.to_string());
+            }
+        }
+    }
+    topic_names.sort();
+    Ok(topic_names)
+}
+
+/// Opens (recovers) one topic's partitions against the ledger; `None` for a directory
+/// without `topic.conf` (an interrupted creation: removed unless read-only).
+pub(super) fn open_topic(
+    td: &Path,
+    name: &str,
+    ledger: &LedgerState,
+    options: &LogOptions,
+    metrics: &Metrics,
+) -> Result<Option<Arc<TopicInner>>> {
+    let tdir = td.join(name);
+    let Some(config) = TopicConfig::load(&tdir)? else {
+        if !options.read_only {
+            tracing::warn!(topic = %name, "removing topic directory without topic.conf (creation interrupted)");
+            fs::remove_dir_all(&tdir).map_err(|e| LogError::io("removing", &tdir, e))?;
+        }
+        return Ok(None);
+    };
+    let mut parts = Vec::with_capacity(config.partitions as usize);
+    for p in 0..config.partitions {
+        let key = (name.to_string(), p);
+        let mark = ledger.partitions.get(&key).copied().unwrap_or_default();
+        let (part, report) = Partition::open(name, p, tdir.join(p.to_string()), mark, options)?;
+        if report.truncated_bytes > 0 || report.removed_segments > 0 {
+            tracing::warn!(
+                topic = %name,
+                partition = p,
+                durable_end = mark.durable_end,
+                truncated_bytes = report.truncated_bytes,
+                removed_segments = report.removed_segments,
+                "recovery cut bytes past the durable end: unflushed or torn data (after a crash), or the stale rest of a recycled segment file (also after a clean stop); nothing durable is lost"
+            );
+        }
+        Metrics::add(&metrics.recovery_truncated_bytes, report.truncated_bytes);
+        Metrics::add(&metrics.recovery_removed_segments, report.removed_segments);
+        Metrics::add(&metrics.recovery_rebuilt_indexes, report.rebuilt_indexes);
+        parts.push(Arc::new(part));
+    }
+    Ok(Some(Arc::new(TopicInner {
+        name: name.to_string(),
+        config,
+        partitions: parts,
+        round_robin: AtomicU32::new(0),
+    })))
+}
+
+impl Log {
+    /// Opens (creating if needed) the log in `dir`, recovering every partition against the
+    /// ledger (see `partition.rs`). Cuts are logged at warn level and counted in metrics.
+    /// With `options.read_only`, see [`Log::open_read_only`].
+    pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> Result<Log> {
+        let dir = dir.as_ref().to_path_buf();
+        let read_only = options.read_only;
+        let td = topics_dir(&dir);
+        let lock_ = if read_only {
+            if !dir.join(crate::ledger::FILE_NAME).exists() {
+                return Err(LogError::NotALog(dir));
+            }
+            None
+        } else {
+            fs::create_dir_all(&td).map_err(|e| LogError::io("creating log directory", &dir, e))?;
+            Some(DirLock::acquire(&dir)?)
+        };
+        let topic_names = list_topic_dirs(&td)?;
+        let mut ledger_file = None;
+        let mut ledger = match LedgerState::load(&dir)? {
+            Some((l, format)) => {
+                if !read_only {
+                    let mut l = l;
+                    ledger_file = Some(match format {
+                        LoadedFormat::V1 => {
+                            tracing::info!(dir = %dir.display(), "migrating the ledger to format 2 (two in-place slots)");
+                            LedgerFile::create(&dir, &mut l)?
+                        }
+                        LoadedFormat::V2 { slot_size, newest } => {
+                            LedgerFile::open(&dir, slot_size, newest, l.generation)?
+                        }
+                    });
+                    l
+                } else {
+                    l
+                }
+            }
+            None => {
+                if topic_names
+                    .iter()
+                    .any(|t| td.join(t).join(crate::topic_config::FILE_NAME).exists())
+                {
+                    return Err(LogError::corrupt_file(
+                        "ledger",
+                        dir.join(crate::ledger::FILE_NAME),
+                        "missing while topics exist",
+                        "restore the log directory from a backup",
+                    ));
+                }
+                let mut l = LedgerState::default();
+                ledger_file = Some(LedgerFile::create(&dir, &mut l)?);
+                l
+            }
+        };
+        let metrics = Metrics::default();
+        let mut topics = BTreeMap::new();
+        let mut ledger_changed = false;
+        for name in topic_names {
+            let Some(topic) = open_topic(&td, &name, &ledger, &options, &metrics)? else {
+                continue;
+            };
+            for part in &topic.partitions {
+                let key = (name.clone(), part.id);
+                let new_mark = part.mark();
+                if !read_only && ledger.partitions.get(&key) != Some(&new_mark) {
+                    ledger.partitions.insert(key, new_mark);
+                    ledger_changed = true;
+                }
+            }
+            topics.insert(name.clone(), topic);
+        }
+        // A ledger entry without its partition means a topic directory or config was lost
+        // or damaged: refuse rather than forget durable data.
+        for ((t, p), m) in &ledger.partitions {
+            let known = topics
+                .get(t)
+                .is_some_and(|ti: &Arc<TopicInner>| *p < ti.config.partitions);
+            if !known && m.durable_end > 0 && !read_only {
+                return Err(LogError::DurableDataLost {
+                    topic: t.clone(),
+                    partition: *p,
+                    ledger_end: m.durable_end,
+                    found_end: 0,
+                    detail: format!(
+                        "the ledger has durable records for it but {} does not define it",
+                        td.join(t).join(crate::topic_config::FILE_NAME).display()
+                    ),
+                });
+            }
+        }
+        let ledger_file = Mutex::new(ledger_file);
+        if ledger_changed {
+            ledger.store(&ledger_file)?;
+        }
+        let total: u64 = topics
+            .values()
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| p.lock().disk_bytes())
+            .sum();
+        metrics.total_bytes.store(total, Ordering::Relaxed);
+        let groups = GroupStore::load(&dir)?;
+        let watcher = if read_only {
+            Some(fsutil::DirWatcher::new(&dir)?)
+        } else {
+            None
+        };
+        let inner = Arc::new(LogInner {
+            watcher,
+            dir,
+            _lock: lock_,
+            options,
+            topics: RwLock::new(topics),
+            ledger: Mutex::new(ledger),
+            ledger_file,
+            flush_lock: Mutex::new(FlushClock {
+                last: Instant::now(),
+            }),
+            bytes_since_flush: AtomicU64::new(0),
+            groups: Mutex::new(groups),
+            metrics,
+            budget: Arc::new(BudgetSignal {
+                notifier: Notifier::default(),
+            }),
+            poisoned: Mutex::new(None),
+            closed: AtomicBool::new(false),
+            stop: Arc::new((Mutex::new(false), Condvar::new())),
+        });
+        if !read_only {
+            if let Some(every) = inner.options.maintenance_interval {
+                spawn_maintenance(Arc::downgrade(&inner), inner.stop.clone(), every);
+            }
+            if let FlushPolicy::Threshold {
+                interval: Some(every),
+                ..
+            } = inner.options.flush_policy
+            {
+                spawn_flusher(Arc::downgrade(&inner), inner.stop.clone(), every);
+            }
+        }
+        Ok(Log { inner })
+    }
+
+    /// Opens an existing log for reading only, from any process, also while a writer
+    /// (`cdc run`) holds it: takes no lock, creates, repairs and deletes nothing, and
+    /// sees each partition up to the durable end the ledger recorded when it was read
+    /// (unflushed or torn tails are ignored, not cut). [`Log::refresh`] catches up with
+    /// the writer; [`Log::wait_for_change`] waits for it to write. Every write fails with
+    /// [`LogError::ReadOnly`]. `log_end_offset` in [`Log::describe`] is then the high
+    /// watermark (unflushed appends of the writer are invisible).
+    pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Log> {
+        Log::open(
+            dir,
+            LogOptions {
+                read_only: true,
+                ..LogOptions::default()
+            },
+        )
+    }
+}
