@@ -43,7 +43,9 @@
 //!   compaction runs, the maintenance thread).
 //! - [`reader`]: [`Reader`] — poll / `next_batch` with timeout / `wait` / async `ready`,
 //!   [`StartAt`] (offset, timestamp, earliest, latest), [`ResetPolicy`].
-//! - `partition`: a partition's segments, single writer, high watermark, recovery.
+//! - `partition`: a partition's segments, single writer, high watermark, append path;
+//!   its children `recovery` (open against the ledger) and `refresh` (read-only
+//!   catch-up).
 //! - [`batch`]: Kafka record batch v2 encoder/decoder (segment `.log` format).
 //! - `index`: offset and time index (`.index`, `.timeindex` formats).
 //! - `segment`: segment files and naming, the batch scanner.

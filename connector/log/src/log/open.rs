@@ -96,8 +96,8 @@ pub(super) fn open_topic(
 
 impl Log {
     /// Opens (creating if needed) the log in `dir`, recovering every partition against the
-    /// ledger (see `partition.rs`). Cuts are logged at warn level and counted in metrics.
-    /// With `options.read_only`, see [`Log::open_read_only`].
+    /// ledger (see `partition/recovery.rs`). Cuts are logged at warn level and counted in
+    /// metrics. With `options.read_only`, see [`Log::open_read_only`].
     pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> Result<Log> {
         let dir = dir.as_ref().to_path_buf();
         let read_only = options.read_only;
