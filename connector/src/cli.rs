@@ -107,7 +107,7 @@ async fn dispatch(command: Command) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let report = crate::check::run(&config).await;
+            let report = cdc_sources::check(&config.source_spec()).await;
             if json {
                 println!(
                     "{}",
@@ -127,7 +127,7 @@ async fn dispatch(command: Command) -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            tracing::info!(name = %config.name, source = config.source.kind.as_str(), url = %config.source.url, "configuration loaded");
+            tracing::info!(name = %config.name, source = config.source.kind().as_str(), url = %config.source.redacted_url(), "configuration loaded");
             crate::pipeline::run::run(config).await
         }
         Command::Log { target, command } => crate::log_cmd::run(target, command),

@@ -13,35 +13,48 @@
 //! the password inside `source.url`) print as `***` in `Debug` output and never reach logs.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use cdc_sources::secret::redact_url;
+use cdc_sources::config::{SnapshotConfig, SourceConfig, SourceSpec};
 use cdc_sources::Secret;
 use serde::Deserialize;
 
 /// The whole configuration.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug)]
 pub struct Config {
     /// The connector's name: topic prefix, default slot and publication names, MySQL
     /// `server_id` seed.
     pub name: String,
+    /// `[source]`: its keys belong to the sources crate (common ones, and the chosen
+    /// database's own), which reads and validates them.
     pub source: SourceConfig,
-    #[serde(default)]
     pub log: LogConfig,
-    #[serde(default)]
     pub admin: AdminConfig,
+    pub registry: RegistryConfig,
+    pub format: FormatConfig,
+    pub snapshot: SnapshotConfig,
+}
+
+/// The file as serde reads it: `[source]` stays a table for [`SourceConfig::from_table`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    name: String,
+    source: toml::Table,
+    #[serde(default)]
+    log: LogConfig,
+    #[serde(default)]
+    admin: AdminConfig,
     /// `[registry]`: the schema registry (no `url`: the embedded one, in the log).
     #[serde(default)]
-    pub registry: RegistryConfig,
+    registry: RegistryConfig,
     /// `[format]`: record encoding (see `crate::pipeline`).
     #[serde(default)]
-    pub format: FormatConfig,
-    /// `[snapshot]`: the initial snapshot (Postgres).
+    format: FormatConfig,
+    /// `[snapshot]`: the initial snapshot.
     #[serde(default)]
-    pub snapshot: SnapshotConfig,
+    snapshot: SnapshotConfig,
 }
 
 /// `[format]`: how records are encoded and what a schema change does.
@@ -104,188 +117,6 @@ impl Default for FormatConfig {
             interval_handling_mode: default_numeric(),
             tombstones_on_delete: true,
             schema_change: default_schema_change(),
-        }
-    }
-}
-
-/// `[snapshot]`: the initial snapshot of the captured tables.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SnapshotConfig {
-    /// "initial" (default) | "never" | "when_needed" | "initial_only".
-    #[serde(default = "default_snapshot_mode")]
-    pub mode: String,
-    /// Connections reading tables in parallel, all sharing the slot's exported snapshot.
-    #[serde(default = "default_snapshot_connections")]
-    pub connections: usize,
-    /// Table pages (8 KiB) per chunk: tables are read in ctid page ranges of this size.
-    #[serde(default = "default_chunk_pages")]
-    pub chunk_pages: u64,
-}
-
-fn default_snapshot_mode() -> String {
-    "initial".into()
-}
-fn default_snapshot_connections() -> usize {
-    2
-}
-fn default_chunk_pages() -> u64 {
-    2048
-}
-
-impl Default for SnapshotConfig {
-    fn default() -> Self {
-        SnapshotConfig {
-            mode: default_snapshot_mode(),
-            connections: default_snapshot_connections(),
-            chunk_pages: default_chunk_pages(),
-        }
-    }
-}
-
-/// Parses a byte size: a number of bytes, or a number with a unit (`"512MB"`, `"1GB"`,
-/// `"64KiB"`; decimal and binary units are both 1024-based, as Postgres does).
-pub fn parse_byte_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let end = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let n: f64 = s[..end].parse().ok()?;
-    let mult: u64 = match s[end..].trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return None,
-    };
-    Some((n * mult as f64) as u64)
-}
-
-/// Which database kind the source is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SourceKind {
-    Postgres,
-    /// MySQL and MariaDB.
-    #[serde(alias = "mariadb")]
-    Mysql,
-}
-
-impl SourceKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SourceKind::Postgres => "postgres",
-            SourceKind::Mysql => "mysql",
-        }
-    }
-}
-
-/// `[source]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SourceConfig {
-    #[serde(rename = "type")]
-    pub kind: SourceKind,
-    /// `postgres://user:pass@host:port/db?sslmode=…` or `mysql://user:pass@host:port/db`.
-    pub url: SecretUrl,
-    /// Overrides the URL's password (so the URL can live in the file and the password in
-    /// the environment: `CDC_SOURCE__PASSWORD`).
-    #[serde(default)]
-    pub password: Option<Secret>,
-    /// Tables to capture, `schema.table` (MySQL: `database.table`); `*` and `?` match any
-    /// run of characters / one character. Empty: every table the user can see, except
-    /// the system schemas.
-    #[serde(default)]
-    pub tables: Vec<String>,
-    /// Tables to leave out, same patterns; wins over `tables`.
-    #[serde(default)]
-    pub exclude_tables: Vec<String>,
-    /// Postgres replication slot name. Default: `cdc_<name>`.
-    #[serde(default)]
-    pub slot: Option<String>,
-    /// Postgres publication name. Default: `cdc_<name>`.
-    #[serde(default)]
-    pub publication: Option<String>,
-    /// MySQL replica `server_id`. Default: derived from `name` (stable, in 1_000_000..2^31).
-    #[serde(default)]
-    pub server_id: Option<u32>,
-    /// Postgres: emit `pg_logical_emit_message(false, 'cdc_heartbeat', '')` this often so a
-    /// quiet database's slot keeps moving; 0 disables. Default 10000.
-    #[serde(default = "default_heartbeat_ms")]
-    pub heartbeat_interval_ms: u64,
-    /// Postgres: how often a standby status update (the durable flush position) is sent to
-    /// the server; Debezium's `status.update.interval.ms`. Also sent whenever the server asks.
-    /// Default 10000; at most a third of the server's `wal_sender_timeout` is used.
-    #[serde(default = "default_status_interval_ms")]
-    pub status_interval_ms: u64,
-    /// Postgres: retained WAL of the slot above which an alarm is logged ("1GB", or bytes).
-    #[serde(default)]
-    pub max_retained_wal: Option<toml::Value>,
-    /// Postgres: how often the slot's retained WAL and wal_status are polled. Default 10000.
-    #[serde(default = "default_slot_monitor_ms")]
-    pub slot_monitor_interval_ms: u64,
-    /// Postgres: unchanged TOASTed values: "placeholder" (default: Debezium's
-    /// `__debezium_unavailable_value`) or "reselect" (read the current value by key).
-    #[serde(default = "default_toast")]
-    pub toast: String,
-    /// Postgres: have the server send large transactions while they are still open
-    /// (pgoutput `streaming`, Postgres 14+); they are spilled to `spill_dir` until they
-    /// commit. Default true.
-    #[serde(default = "default_true")]
-    pub streaming: bool,
-    /// Where open streamed transactions are spilled. Default `<log.dir>/spill`.
-    #[serde(default)]
-    pub spill_dir: Option<PathBuf>,
-    /// Largest number of events in one batch handed to the pipeline: bigger transactions
-    /// go in several chunks. Default 4096.
-    #[serde(default = "default_max_batch_events")]
-    pub max_batch_events: usize,
-    /// Group commit: with transactions queued, flush once this many bytes were appended…
-    #[serde(default = "default_group_commit_bytes")]
-    pub group_commit_bytes: u64,
-    /// …or once the oldest unflushed transaction waited this long. Default 50.
-    #[serde(default = "default_group_commit_ms")]
-    pub group_commit_ms: u64,
-    /// Memory for decoded changes queued between the source and the pipeline (estimated
-    /// bytes of the events, not a count of batches). Default 8388608 (8 MiB).
-    #[serde(default = "default_max_queued_bytes")]
-    pub max_queued_bytes: u64,
-}
-
-fn default_heartbeat_ms() -> u64 {
-    10_000
-}
-fn default_status_interval_ms() -> u64 {
-    10_000
-}
-fn default_slot_monitor_ms() -> u64 {
-    10_000
-}
-fn default_toast() -> String {
-    "placeholder".into()
-}
-fn default_max_batch_events() -> usize {
-    4096
-}
-fn default_group_commit_bytes() -> u64 {
-    4 << 20
-}
-fn default_group_commit_ms() -> u64 {
-    50
-}
-fn default_max_queued_bytes() -> u64 {
-    8 << 20
-}
-
-impl SourceConfig {
-    /// `max_retained_wal` in bytes (valid after [`Config::validate`]).
-    pub fn max_retained_wal_bytes(&self) -> Option<u64> {
-        match &self.max_retained_wal {
-            None => None,
-            Some(toml::Value::Integer(n)) if *n > 0 => Some(*n as u64),
-            Some(toml::Value::String(s)) => parse_byte_size(s),
-            Some(_) => None,
         }
     }
 }
@@ -606,34 +437,6 @@ impl Default for AdminConfig {
     }
 }
 
-/// A connection URL that may hold a password: `Debug` and `Display` mask it.
-#[derive(Clone, Deserialize)]
-#[serde(transparent)]
-pub struct SecretUrl(String);
-
-impl SecretUrl {
-    pub fn new(s: impl Into<String>) -> Self {
-        SecretUrl(s.into())
-    }
-
-    /// The URL with its password, for the driver only.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for SecretUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", redact_url(&self.0))
-    }
-}
-
-impl fmt::Display for SecretUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&redact_url(&self.0))
-    }
-}
-
 /// What is wrong with a configuration. Each variant names where the bad value came from.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -747,60 +550,6 @@ impl Config {
                 ),
             ));
         }
-        let scheme_ok = match self.source.kind {
-            SourceKind::Postgres => {
-                self.source.url.0.starts_with("postgres://")
-                    || self.source.url.0.starts_with("postgresql://")
-            }
-            SourceKind::Mysql => {
-                self.source.url.0.starts_with("mysql://")
-                    || self.source.url.0.starts_with("mariadb://")
-            }
-        };
-        if !scheme_ok {
-            return Err((
-                "source.url".into(),
-                format!(
-                    "{} does not match source.type = {:?}: write postgres://… for postgres, mysql://… for mysql",
-                    self.source.url,
-                    self.source.kind.as_str()
-                ),
-            ));
-        }
-        for (key, list) in [
-            ("source.tables", &self.source.tables),
-            ("source.exclude_tables", &self.source.exclude_tables),
-        ] {
-            for (i, t) in list.iter().enumerate() {
-                if t.matches('.').count() != 1 || t.starts_with('.') || t.ends_with('.') {
-                    return Err((
-                        format!("{key}[{i}]"),
-                        format!("{t:?} is not a table pattern: write schema.table (MySQL: database.table); * and ? are wildcards"),
-                    ));
-                }
-            }
-        }
-        for (key, v) in [
-            ("source.slot", &self.source.slot),
-            ("source.publication", &self.source.publication),
-        ] {
-            if let Some(v) = v {
-                if v.is_empty()
-                    || v.len() > 63
-                    || !v
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-                {
-                    return Err((
-                        key.into(),
-                        format!("{v:?}: Postgres allows 1 to 63 characters of a-z, 0-9 and '_'"),
-                    ));
-                }
-            }
-        }
-        if self.source.server_id == Some(0) {
-            return Err(("source.server_id".into(), "0 is not a valid replica server_id: use 1 to 4294967295, different from every server's".into()));
-        }
         if !(1..=10_000).contains(&self.log.partitions) {
             return Err((
                 "log.partitions".into(),
@@ -811,6 +560,7 @@ impl Config {
             return Err(("log.dir".into(), "must not be empty".into()));
         }
         self.log.topic_config()?;
+        self.snapshot.validate()?;
         self.validate_pipeline()?;
         self.registry.validate()?;
         for (key, v) in [
@@ -828,7 +578,7 @@ impl Config {
         Ok(())
     }
 
-    /// The `[format]`, `[snapshot]` and pipeline keys of `[source]`.
+    /// The `[format]` keys.
     fn validate_pipeline(&self) -> Result<(), (String, String)> {
         let one_of = |key: &str, v: &str, allowed: &[&str]| {
             if allowed.contains(&v) {
@@ -863,86 +613,18 @@ impl Config {
             &["numeric", "string"],
         )?;
         one_of("format.schema_change", &f.schema_change, &["stop", "force"])?;
-        one_of(
-            "snapshot.mode",
-            &self.snapshot.mode,
-            &["initial", "never", "when_needed", "initial_only"],
-        )?;
-        if !(1..=64).contains(&self.snapshot.connections) {
-            return Err(("snapshot.connections".into(), "use 1 to 64".into()));
-        }
-        if self.snapshot.chunk_pages == 0 {
-            return Err(("snapshot.chunk_pages".into(), "must be at least 1".into()));
-        }
-        one_of(
-            "source.toast",
-            &self.source.toast,
-            &["placeholder", "reselect"],
-        )?;
-        if self.source.max_queued_bytes < 1024 {
-            return Err((
-                "source.max_queued_bytes".into(),
-                "must be at least 1024".into(),
-            ));
-        }
-        if self.source.max_batch_events == 0 {
-            return Err((
-                "source.max_batch_events".into(),
-                "must be at least 1".into(),
-            ));
-        }
-        if self.source.max_retained_wal.is_some() && self.source.max_retained_wal_bytes().is_none()
-        {
-            return Err((
-                "source.max_retained_wal".into(),
-                "use a positive number of bytes or a size like \"512MB\" or \"1GB\"".into(),
-            ));
-        }
         Ok(())
     }
 
-    /// The replication slot name (Postgres).
-    pub fn slot_name(&self) -> String {
-        self.source
-            .slot
-            .clone()
-            .unwrap_or_else(|| sanitize_pg_name(&format!("cdc_{}", self.name)))
+    /// What the source factory builds a source from.
+    pub fn source_spec(&self) -> SourceSpec {
+        SourceSpec {
+            name: self.name.clone(),
+            source: self.source.clone(),
+            snapshot: self.snapshot.clone(),
+            data_dir: self.log.dir.clone(),
+        }
     }
-
-    /// The publication name (Postgres).
-    pub fn publication_name(&self) -> String {
-        self.source
-            .publication
-            .clone()
-            .unwrap_or_else(|| sanitize_pg_name(&format!("cdc_{}", self.name)))
-    }
-
-    /// The replica `server_id` (MySQL): configured, or a stable hash of the name.
-    pub fn server_id(&self) -> u32 {
-        self.source.server_id.unwrap_or_else(|| {
-            // FNV-1a: stable across releases and platforms, unlike std's hasher.
-            let mut h: u32 = 0x811c_9dc5;
-            for b in self.name.bytes() {
-                h = (h ^ b as u32).wrapping_mul(0x0100_0193);
-            }
-            1_000_000 + h % (i32::MAX as u32 - 1_000_000)
-        })
-    }
-}
-
-fn sanitize_pg_name(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    out.truncate(63);
-    out
 }
 
 fn origin_of(
@@ -998,8 +680,22 @@ fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<()
 
 /// Deserializes; on error returns the full key path and a message.
 fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
+    let raw = deserialize_raw(table)?;
+    let source = SourceConfig::from_table(&raw.source, &raw.name)?;
+    Ok(Config {
+        name: raw.name,
+        source,
+        log: raw.log,
+        admin: raw.admin,
+        registry: raw.registry,
+        format: raw.format,
+        snapshot: raw.snapshot,
+    })
+}
+
+fn deserialize_raw(table: toml::Table) -> Result<RawConfig, (String, String)> {
     let de = toml::Value::Table(table);
-    serde_path_to_error::deserialize::<_, Config>(de).map_err(|e| {
+    serde_path_to_error::deserialize::<_, RawConfig>(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let inner = inner.trim_end().replace('\n', " ");
@@ -1067,10 +763,13 @@ listen = "127.0.0.1:8083"
     fn the_documented_example_loads() {
         let c = load(GOOD, &[]).unwrap();
         assert_eq!(c.name, "inventory");
-        assert_eq!(c.source.kind, SourceKind::Postgres);
+        assert_eq!(c.source.kind(), cdc_sources::SourceKind::Postgres);
         assert_eq!(c.log.partitions, 6);
-        assert_eq!(c.source.tables.len(), 2);
-        assert_eq!(c.slot_name(), "cdc_inventory");
+        assert_eq!(c.source.common.tables.len(), 2);
+        let cdc_sources::config::DbSettings::Postgres(pg) = &c.source.db else {
+            panic!("a postgres source")
+        };
+        assert_eq!(pg.slot(), "cdc_inventory");
         assert_eq!(c.admin.listen.port(), 8083);
     }
 
@@ -1179,12 +878,12 @@ listen = "127.0.0.1:8083"
         .unwrap();
         assert_eq!(c.log.partitions, 12);
         assert_eq!(
-            c.source.password.unwrap().expose(),
+            c.source.common.password.unwrap().expose(),
             "12345",
             "numeric-looking secret stays a string"
         );
         assert_eq!(c.name, "other");
-        assert_eq!(c.source.tables, vec!["public.x"]);
+        assert_eq!(c.source.common.tables, vec!["public.x"]);
     }
 
     #[test]
@@ -1311,13 +1010,5 @@ listen = "127.0.0.1:8083"
             e.contains("CDC_LOG__COMPRESSION") && e.contains("`log.compression`"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn server_id_is_stable_and_in_range() {
-        let c = load(GOOD, &[]).unwrap();
-        let id = c.server_id();
-        assert!((1_000_000..i32::MAX as u32).contains(&id));
-        assert_eq!(id, load(GOOD, &[]).unwrap().server_id());
     }
 }

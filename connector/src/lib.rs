@@ -1,8 +1,8 @@
-//! The `cdc` connector: configuration, CLI, preflight checks and (in later issues) the
-//! pipeline and the admin HTTP server. The binary (`src/main.rs`) only calls [`cli::main`].
+//! The `cdc` connector: configuration, CLI, the pipeline and its supervisor, the admin
+//! HTTP server. It names no database: sources come from `cdc_sources::build`, their
+//! preflight checks from `cdc_sources::check`. The binary (`src/main.rs`) only calls [`cli::main`].
 
 pub mod admin;
-pub mod check;
 pub mod cli;
 pub mod config;
 pub mod log_cmd;

@@ -116,14 +116,65 @@ impl fmt::Display for SourcePosition {
     }
 }
 
-impl SourcePosition {
-    /// Serialised form stored as the log's source checkpoint.
-    pub fn to_checkpoint(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("a position always serialises")
+/// What the log's ledger stores beside the records it covers: where the source resumes.
+///
+/// "A snapshot is running and not finished" is a state of its own, not a default position:
+/// a source that starts a snapshot over a log that already has a checkpoint first makes
+/// [`Checkpoint::SnapshotIncomplete`] durable, so a crash during the snapshot is seen as
+/// one on restart (and the snapshot is taken again), never as a resumable position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// A snapshot was started and has not completed: there is no position to resume from.
+    SnapshotIncomplete,
+    /// Every change at or before this position is durable in the log.
+    At(SourcePosition),
+}
+
+/// The stored form of [`Checkpoint::SnapshotIncomplete`].
+const SNAPSHOT_INCOMPLETE: &[u8] = br#"{"type":"snapshot_incomplete"}"#;
+
+impl Checkpoint {
+    /// Serialised form stored as the log's source checkpoint. A position is stored as
+    /// [`SourcePosition`]'s JSON (so logs written before this type existed read back).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            Checkpoint::SnapshotIncomplete => SNAPSHOT_INCOMPLETE.to_vec(),
+            Checkpoint::At(p) => serde_json::to_vec(p).expect("a position always serialises"),
+        }
     }
 
-    pub fn from_checkpoint(bytes: &[u8]) -> Result<Self, serde_json::Error> {
-        serde_json::from_slice(bytes)
+    /// Reads a stored checkpoint. Older logs marked an unfinished snapshot with a Postgres
+    /// position at LSN 0/0; that reads as [`Checkpoint::SnapshotIncomplete`].
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Tag<'a> {
+            #[serde(rename = "type", borrow)]
+            kind: std::borrow::Cow<'a, str>,
+        }
+        if serde_json::from_slice::<Tag>(bytes)?.kind == "snapshot_incomplete" {
+            return Ok(Checkpoint::SnapshotIncomplete);
+        }
+        Ok(match serde_json::from_slice(bytes)? {
+            SourcePosition::Postgres(p) if p.lsn == Lsn::ZERO => Checkpoint::SnapshotIncomplete,
+            p => Checkpoint::At(p),
+        })
+    }
+
+    /// The position, unless a snapshot is unfinished.
+    pub fn position(&self) -> Option<&SourcePosition> {
+        match self {
+            Checkpoint::SnapshotIncomplete => None,
+            Checkpoint::At(p) => Some(p),
+        }
+    }
+}
+
+impl fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Checkpoint::SnapshotIncomplete => f.write_str("snapshot incomplete"),
+            Checkpoint::At(p) => p.fmt(f),
+        }
     }
 }
 
@@ -149,10 +200,8 @@ mod tests {
             tx_id: Some(7),
             xmin: None,
         });
-        assert_eq!(
-            SourcePosition::from_checkpoint(&p.to_checkpoint()).unwrap(),
-            p
-        );
+        let cp = Checkpoint::At(p);
+        assert_eq!(Checkpoint::from_bytes(&cp.to_bytes()).unwrap(), cp);
         let m = SourcePosition::Mysql(MySqlPosition {
             file: "binlog.000002".into(),
             pos: 4711,
@@ -160,8 +209,19 @@ mod tests {
             server_id: 1,
             ..Default::default()
         });
-        let bytes = m.to_checkpoint();
+        let bytes = Checkpoint::At(m.clone()).to_bytes();
         assert!(String::from_utf8_lossy(&bytes).contains("\"0-1-5\""));
-        assert_eq!(SourcePosition::from_checkpoint(&bytes).unwrap(), m);
+        assert_eq!(Checkpoint::from_bytes(&bytes).unwrap(), Checkpoint::At(m));
+    }
+
+    #[test]
+    fn snapshot_incomplete_is_explicit_and_old_marker_reads_as_it() {
+        let s = Checkpoint::SnapshotIncomplete;
+        assert_eq!(Checkpoint::from_bytes(&s.to_bytes()).unwrap(), s);
+        // What logs written before `Checkpoint` existed hold for an unfinished snapshot.
+        let legacy = serde_json::to_vec(&SourcePosition::Postgres(PgPosition::default())).unwrap();
+        assert_eq!(Checkpoint::from_bytes(&legacy).unwrap(), s);
+        assert!(Checkpoint::from_bytes(b"{}").is_err());
+        assert!(Checkpoint::from_bytes(br#"{"type":"oracle"}"#).is_err());
     }
 }

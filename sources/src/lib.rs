@@ -1,28 +1,62 @@
-//! Change sources: the [`Source`] trait and, in later modules, the Postgres (pgoutput) and
-//! MySQL/MariaDB (row binlog) implementations.
+//! Change sources: the [`Source`] contract, the one factory that builds a source from the
+//! configuration ([`build`], [`check`]), and the sources themselves, one folder each with
+//! the same file set (`config`, `check`, `setup`, `snapshot`, `stream`, `decode`,
+//! `metrics`; extras such as the wire protocol beside them): [`postgres`] (pgoutput) and
+//! [`mysql`] (row binlog; for now its config, check and connection).
 //!
-//! The contract between a source and the pipeline (see DESIGN.md, "The data path"):
-//! - a source emits [`ChangeBatch`]es in commit order over a bounded channel; one batch per
-//!   transaction, large transactions in several chunks of which only the last carries the
-//!   commit position;
-//! - the pipeline publishes the newest *durable* position on a watch channel; the source
-//!   acknowledges to the database (Postgres confirmed flush LSN, stored MySQL position) only
-//!   positions it has read there, never one it merely emitted;
-//! - on shutdown the source stops reading, lets the pipeline drain, sends the last durable
-//!   position to the database, and returns.
+//! # The contract between a source and the pipeline
+//!
+//! - **Ordering.** A source emits [`ChangeBatch`]es over a bounded channel in commit order:
+//!   every change of a transaction before any change of a transaction that committed after
+//!   it, and the changes of one transaction in the order the database applied them. Two
+//!   changes of one row therefore reach the log in commit order.
+//! - **Batching.** One batch per transaction; a transaction larger than
+//!   `source.max_batch_events` goes in several chunks, and only its last chunk carries a
+//!   commit [`Checkpoint`]. A batch with `commit: None` is never the end of a transaction.
+//!   A batch may hold no events and only a checkpoint (a transaction whose changes were
+//!   all filtered out, a heartbeat, the end of a snapshot): the source must emit those
+//!   too, or the database's position only moves with the next captured change.
+//! - **Positions.** A checkpoint is where the source resumes once everything before it is
+//!   durable. The pipeline makes each transaction's records and its checkpoint durable in
+//!   one step, and only then moves the [`Durable`] handle forward. A source acknowledges to
+//!   its database (Postgres confirmed flush LSN, MySQL stored position) only what that
+//!   handle says, never a position it merely emitted.
+//! - **Resume.** `resume_from` is the last durable checkpoint. Changes at or before it
+//!   that the database sends again are skipped by the source, so each committed change is
+//!   in the log once.
+//! - **Snapshot hand-off.** A source that starts a snapshot over a log that already has a
+//!   checkpoint first emits [`Checkpoint::SnapshotIncomplete`] (so a crash during the
+//!   snapshot is recognised on restart), then the snapshot's rows (`op = r`) without
+//!   checkpoints, then the position streaming starts from: every change committed after
+//!   the snapshot's consistent point, and none before it, follows in the stream.
+//! - **Shutdown.** When `shutdown` turns true the source stops reading, waits (bounded) for
+//!   the pipeline to drain what it sent, acknowledges the last durable position, and
+//!   returns `Ok(())`. A closed batch channel means the pipeline stopped: return.
+//! - **Errors.** [`SourceError::Transient`] ends the attempt; the supervisor discards what
+//!   is not durable and starts the source again from the checkpoint, with backoff.
+//!   [`SourceError::Definite`] stops the connector and tells the operator what to do.
+//!   Valid data in the database is never a definite error.
 
+pub mod check;
+pub mod config;
 pub mod dburl;
+pub mod durable;
 pub mod filter;
 pub mod mysql;
 pub mod postgres;
 pub mod secret;
 pub mod tls;
 
+pub use check::CheckReport;
+pub use config::{SourceConfig, SourceKind, SourceSpec};
+pub use durable::{Durable, DurablePublisher};
 pub use secret::Secret;
 
 use std::future::Future;
 
-use cdc_schemas::{ChangeEvent, SourcePosition};
+use cdc_schemas::encode::ConnectorKind;
+use cdc_schemas::metrics::Metrics;
+use cdc_schemas::{ChangeEvent, Checkpoint};
 use tokio::sync::{mpsc, watch};
 
 /// The changes of one transaction, or one chunk of a large transaction.
@@ -30,9 +64,9 @@ use tokio::sync::{mpsc, watch};
 pub struct ChangeBatch {
     pub events: Vec<ChangeEvent>,
     /// Set on the last chunk of a transaction (and on snapshot checkpoints): once every
-    /// record of this batch and of the batches before it is durable, this position may be
-    /// acknowledged to the source database.
-    pub commit: Option<SourcePosition>,
+    /// record of this batch and of the batches before it is durable, this checkpoint is
+    /// stored with them and its position may be acknowledged to the source database.
+    pub commit: Option<Checkpoint>,
     /// The sum of the events' [`ChangeEvent::approx_size`], when the source computed it as
     /// it made them (their memory is in cache then); 0 = not computed, the queue does.
     pub approx_bytes: u64,
@@ -43,12 +77,14 @@ pub struct SourceContext {
     /// Bounded: a full channel is backpressure, and the source must keep answering the
     /// server's keepalives while it waits.
     pub batches: mpsc::Sender<ChangeBatch>,
-    /// The newest position whose records are durable in the log.
-    pub durable: watch::Receiver<Option<SourcePosition>>,
+    /// How far the log is durable; the only thing a source may acknowledge.
+    pub durable: Durable,
     /// Where to resume: the checkpoint stored with the last durable records, if any.
-    pub resume_from: Option<SourcePosition>,
+    pub resume_from: Option<Checkpoint>,
     /// Becomes `true` when the connector shuts down.
     pub shutdown: watch::Receiver<bool>,
+    /// Where the source registers its own figures (exported on the admin `/metrics`).
+    pub metrics: Metrics,
 }
 
 /// A failure of a source, classified for the supervisor.
@@ -70,6 +106,25 @@ impl SourceError {
     pub fn is_transient(&self) -> bool {
         matches!(self, SourceError::Transient { .. })
     }
+
+    pub fn transient(what: impl Into<String>, detail: impl Into<String>) -> Self {
+        SourceError::Transient {
+            what: what.into(),
+            detail: detail.into(),
+        }
+    }
+
+    pub fn definite(
+        what: impl Into<String>,
+        detail: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Self {
+        SourceError::Definite {
+            what: what.into(),
+            detail: detail.into(),
+            fix: fix.into(),
+        }
+    }
 }
 
 /// A change source.
@@ -77,4 +132,56 @@ pub trait Source: Send {
     /// Runs until shutdown or a definite error. Transient errors may be handled inside
     /// (reconnect with backoff) or returned for the supervisor to restart the source.
     fn run(self, ctx: SourceContext) -> impl Future<Output = Result<(), SourceError>> + Send;
+}
+
+/// Any source the factory can build. Adding a source is one variant here and one arm in
+/// [`build`] and [`check`].
+pub enum AnySource {
+    Postgres(postgres::PostgresSource),
+}
+
+impl AnySource {
+    /// The connector kind records name in `source.connector`.
+    pub fn connector_kind(&self) -> ConnectorKind {
+        match self {
+            AnySource::Postgres(_) => ConnectorKind::Postgres,
+        }
+    }
+
+    /// The database records name in `source.db`.
+    pub fn database(&self) -> &str {
+        match self {
+            AnySource::Postgres(s) => s.database(),
+        }
+    }
+}
+
+impl Source for AnySource {
+    async fn run(self, ctx: SourceContext) -> Result<(), SourceError> {
+        match self {
+            AnySource::Postgres(s) => s.run(ctx).await,
+        }
+    }
+}
+
+/// Builds the configured source. Nothing connects yet.
+pub fn build(spec: &SourceSpec) -> Result<AnySource, SourceError> {
+    match &spec.source.db {
+        config::DbSettings::Postgres(pg) => Ok(AnySource::Postgres(
+            postgres::PostgresSource::new(postgres::PgSourceConfig::from_spec(spec, pg)?),
+        )),
+        config::DbSettings::Mysql(_) => Err(SourceError::definite(
+            "source.type = \"mysql\"",
+            "the MySQL / MariaDB source is not implemented in this build yet: `cdc run` captures Postgres only, and nothing was captured",
+            "use a Postgres source, or run `cdc check` to prepare the MySQL server for when it lands",
+        )),
+    }
+}
+
+/// Runs every preflight check of the configured source (read-only).
+pub async fn check(spec: &SourceSpec) -> CheckReport {
+    match &spec.source.db {
+        config::DbSettings::Postgres(pg) => postgres::check::check(spec, pg).await,
+        config::DbSettings::Mysql(my) => mysql::check::check(spec, my).await,
+    }
 }

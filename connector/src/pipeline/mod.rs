@@ -57,8 +57,8 @@ use cdc_log::{HeaderRef, Log, NewRecord, Topic, TopicConfig};
 use cdc_schemas::compat::CompatibilityLevel;
 use cdc_schemas::encode::{EncodeError, Encoder, EncoderConfig, RecordBuf, SchemaIds, TopicRouter};
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
-use cdc_schemas::{ChangeEvent, Op, SourcePosition, TableId, TableSchema};
-use tokio::sync::watch;
+use cdc_schemas::{ChangeEvent, Checkpoint, Op, TableId, TableSchema};
+use cdc_sources::DurablePublisher;
 
 use encode::{BufPool, Encoders, Job, Piece, Segment, TableState};
 use queue::{BatchReceiver, Queued, TryRecvError};
@@ -95,6 +95,8 @@ pub enum PipelineError {
     EncodeTask(String),
     #[error("the embedded log: {0}")]
     Log(#[from] cdc_log::LogError),
+    #[error("the log's flush task failed ({0}): nothing past the last durable checkpoint was acknowledged; the next start recovers the log from its ledger. Report this as a bug")]
+    FlushTask(String),
 }
 
 impl PipelineError {
@@ -114,7 +116,7 @@ pub struct PipelineStats {
     pub records: u64,
     pub transactions: u64,
     pub flushes: u64,
-    pub last_durable: Option<SourcePosition>,
+    pub last_durable: Option<Checkpoint>,
 }
 
 /// Where a job is.
@@ -137,7 +139,7 @@ struct InFlight {
 
 struct BatchEnd {
     events: usize,
-    commit: Option<SourcePosition>,
+    commit: Option<Checkpoint>,
 }
 
 /// A job of at most this many events is encoded inline when nothing is in flight: a
@@ -151,8 +153,8 @@ pub struct Pipeline {
     /// Every registered encoder; copy-on-write, shared with the jobs in flight.
     encoders: Arc<Encoders>,
     topics: HashMap<String, Topic>,
-    durable: watch::Sender<Option<SourcePosition>>,
-    pending: Option<(SourcePosition, Instant)>,
+    durable: DurablePublisher,
+    pending: Option<(Checkpoint, Instant)>,
     bytes_since_flush: u64,
     stats: PipelineStats,
     /// Jobs in the order their records must be appended.
@@ -178,7 +180,7 @@ impl Pipeline {
         log: Log,
         registry: Arc<dyn SchemaRegistry>,
         cfg: PipelineConfig,
-        durable: watch::Sender<Option<SourcePosition>>,
+        durable: DurablePublisher,
     ) -> Self {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Pipeline {
@@ -267,20 +269,18 @@ impl Pipeline {
             return Ok(());
         };
         let log = self.log.clone();
-        let cp = pos.to_checkpoint();
-        let r = tokio::task::spawn_blocking(move || log.flush(Some(&cp)))
-            .await
-            .unwrap_or_else(|e| {
-                Err(cdc_log::LogError::InvalidArgument(format!(
-                    "flush task: {e}"
-                )))
-            });
-        r?;
+        let cp = pos.to_bytes();
+        match tokio::task::spawn_blocking(move || log.flush(Some(&cp))).await {
+            Ok(r) => r?,
+            // The flush may or may not have reached the disk: nothing is published, and
+            // the supervisor stops rather than guess (a restart recovers from the ledger).
+            Err(e) => return Err(PipelineError::FlushTask(e.to_string())),
+        };
         self.bytes_since_flush = 0;
         self.stats.flushes += 1;
         self.stats.last_durable = Some(pos.clone());
         tracing::debug!(position = %pos, "durable");
-        self.durable.send_replace(Some(pos));
+        self.durable.publish(pos);
         Ok(())
     }
 
@@ -661,7 +661,7 @@ mod tests {
     use super::*;
     use cdc_log::{LogOptions, StartAt};
     use cdc_schemas::encode::{ConnectorKind, RecordFormat, SourceInfo};
-    use cdc_schemas::{Column, ColumnType, Lsn, PgPosition, Row, Value};
+    use cdc_schemas::{Column, ColumnType, Lsn, PgPosition, Row, SourcePosition, Value};
     use cdc_sources::ChangeBatch;
 
     fn table(name: &str, extra: bool) -> Arc<TableSchema> {
@@ -675,7 +675,7 @@ mod tests {
         Arc::new(TableSchema::new(TableId::new("public", name), cols, &["id"]).unwrap())
     }
 
-    fn pos(lsn: u64) -> SourcePosition {
+    fn position(lsn: u64) -> SourcePosition {
         SourcePosition::Postgres(PgPosition {
             commit_lsn: Lsn(lsn),
             lsn: Lsn(lsn),
@@ -684,12 +684,16 @@ mod tests {
         })
     }
 
+    fn pos(lsn: u64) -> Checkpoint {
+        Checkpoint::At(position(lsn))
+    }
+
     fn ev(t: &Arc<TableSchema>, id: i64, text: usize) -> ChangeEvent {
         let mut vals = vec![Value::Int64(id), Value::Text("x".repeat(text))];
         if t.columns.len() == 3 {
             vals.push(Value::Int32(7));
         }
-        ChangeEvent::create(t.clone(), Row::new(vals), pos(1), 0).unwrap()
+        ChangeEvent::create(t.clone(), Row::new(vals), position(1), 0).unwrap()
     }
 
     /// (after.id, has w) of every record of `topic`, in log order.
@@ -717,7 +721,7 @@ mod tests {
         let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
         let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
         let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
-        let (dtx, drx) = watch::channel(None);
+        let (dtx, drx) = DurablePublisher::new(None);
         let pipeline = Pipeline::new(
             log.clone(),
             Arc::new(registry),
@@ -794,8 +798,8 @@ mod tests {
         r.unwrap();
         assert_eq!(stats.events, (next_a + next_b) as u64);
         assert_eq!(stats.records, (next_a + next_b) as u64);
-        assert_eq!(*drx.borrow(), Some(pos(lsn)));
-        assert_eq!(log.checkpoint(), Some(pos(lsn).to_checkpoint()));
+        assert_eq!(drx.latest(), Some(pos(lsn)));
+        assert_eq!(log.checkpoint(), Some(pos(lsn).to_bytes()));
         let got_a = ids(&log, "t.public.a");
         let got_b = ids(&log, "t.public.b");
         assert_eq!(

@@ -23,18 +23,17 @@ use cdc_schemas::encode::{
     RecordFormat, SourceInfo, TimePrecisionMode, TopicRouter,
 };
 use cdc_schemas::registry::SchemaRegistry;
-use cdc_schemas::SourcePosition;
-use cdc_sources::filter::TableFilter;
+use cdc_schemas::Checkpoint;
 use cdc_sources::postgres::snapshot::{with_progress, SnapshotProgress};
-use cdc_sources::postgres::{PgEndpoint, PgSourceConfig, PostgresSource, SnapshotMode};
-use cdc_sources::{Source, SourceContext};
+use cdc_sources::{DurablePublisher, Source, SourceContext};
 use tokio::sync::watch;
 
 use super::{Pipeline, PipelineConfig};
-use crate::config::{Config, SourceKind};
+use crate::config::Config;
 
-/// The encoder options from `[format]` (valid after `Config::validate`).
-pub fn encoder_config(config: &Config, database: &str) -> EncoderConfig {
+/// The encoder options from `[format]` (valid after `Config::validate`), for records of
+/// `database` captured by a `kind` source.
+pub fn encoder_config(config: &Config, kind: ConnectorKind, database: &str) -> EncoderConfig {
     let f = &config.format;
     let format = match f.value.as_str() {
         "avro" => RecordFormat::Avro,
@@ -45,10 +44,7 @@ pub fn encoder_config(config: &Config, database: &str) -> EncoderConfig {
             schemas_enable: false,
         },
     };
-    let mut c = EncoderConfig::new(
-        SourceInfo::new(ConnectorKind::Postgres, &config.name, database),
-        format,
-    );
+    let mut c = EncoderConfig::new(SourceInfo::new(kind, &config.name, database), format);
     c.decimal_handling_mode = match f.decimal_handling_mode.as_str() {
         "double" => DecimalHandlingMode::Double,
         "string" => DecimalHandlingMode::String,
@@ -99,21 +95,16 @@ fn shutdown_signal() -> watch::Receiver<bool> {
 
 /// Runs the connector until shutdown or a definite error.
 pub async fn run(config: Config) -> ExitCode {
-    if config.source.kind != SourceKind::Postgres {
-        eprintln!(
-            "error: the {} source is not implemented in this build yet: `cdc run` supports Postgres only. Nothing was captured.",
-            config.source.kind.as_str()
-        );
-        return ExitCode::from(1);
-    }
-    let endpoint =
-        match PgEndpoint::from_url(config.source.url.expose(), config.source.password.as_ref()) {
-            Ok(e) => e,
-            Err(e) => {
-                eprintln!("error: source.url: {e}");
-                return ExitCode::from(2);
-            }
-        };
+    let spec = config.source_spec();
+    // Builds the source once to learn what it is; each attempt builds a fresh one (a
+    // source is consumed by its run).
+    let (connector_kind, database) = match cdc_sources::build(&spec) {
+        Ok(s) => (s.connector_kind(), s.database().to_string()),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
     if config.log.flush_interval_ms.is_some() || config.log.flush_bytes.is_some() {
         tracing::warn!("log.flush_interval_ms / log.flush_bytes are ignored by `cdc run`: the pipeline flushes at transaction boundaries only (a flush inside a transaction would break exactly-once)");
     }
@@ -166,46 +157,10 @@ pub async fn run(config: Config) -> ExitCode {
         }
     }
     let registry: Arc<dyn SchemaRegistry> = Arc::new(registry);
-    let retained = metrics.gauge(
-        "cdc_pg_slot_retained_wal_bytes",
-        "WAL the replication slot retains (pg_current_wal_lsn() - restart_lsn)",
-    );
-    let slot_lost = metrics.gauge(
-        "cdc_pg_slot_wal_status_lost",
-        "1 when the slot's wal_status is lost",
-    );
-    let durable_lsn = metrics.gauge(
-        "cdc_pg_durable_lsn",
-        "the newest source position durable in the log (as a number)",
-    );
     // Snapshot progress: bar on a terminal, log lines otherwise, gauges on /metrics.
     let snapshot_progress = SnapshotProgress::new();
     let progress_reporter = super::progress::spawn(snapshot_progress.clone(), &metrics);
 
-    let src_cfg = PgSourceConfig {
-        endpoint: endpoint.clone(),
-        slot: config.slot_name(),
-        publication: config.publication_name(),
-        filter: TableFilter::new(&config.source.tables, &config.source.exclude_tables),
-        snapshot_mode: SnapshotMode::parse(&config.snapshot.mode).unwrap_or(SnapshotMode::Initial),
-        snapshot_connections: config.snapshot.connections,
-        snapshot_chunk_pages: config.snapshot.chunk_pages,
-        max_batch_events: config.source.max_batch_events,
-        heartbeat_interval: (config.source.heartbeat_interval_ms > 0)
-            .then(|| Duration::from_millis(config.source.heartbeat_interval_ms)),
-        slot_monitor_interval: Duration::from_millis(
-            config.source.slot_monitor_interval_ms.max(100),
-        ),
-        max_retained_wal: config.source.max_retained_wal_bytes(),
-        status_interval: Duration::from_millis(config.source.status_interval_ms.max(50)),
-        streaming: config.source.streaming,
-        spill_dir: config
-            .source
-            .spill_dir
-            .clone()
-            .unwrap_or_else(|| config.log.dir.join("spill")),
-        toast_reselect: config.source.toast == "reselect",
-    };
     let topic_config = match config.log.topic_config() {
         Ok(t) => t,
         Err((k, m)) => {
@@ -231,7 +186,7 @@ pub async fn run(config: Config) -> ExitCode {
         };
         let resume_from = match log.checkpoint() {
             None => None,
-            Some(b) => match SourcePosition::from_checkpoint(&b) {
+            Some(b) => match Checkpoint::from_bytes(&b) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     eprintln!("error: the log's checkpoint is not a source position ({e}); was this log dir written by another tool?");
@@ -241,47 +196,35 @@ pub async fn run(config: Config) -> ExitCode {
         };
         tracing::info!(dir = %config.log.dir.display(), checkpoint = ?resume_from.as_ref().map(|p| p.to_string()), "log opened");
         // Bounded by the memory of the queued events, not by a count of batches.
-        let (btx, brx) = super::queue::channel(config.source.max_queued_bytes);
-        let (dtx, drx) = watch::channel(resume_from.clone());
+        let (btx, brx) = super::queue::channel(config.source.common.max_queued_bytes);
+        let (publisher, durable) = DurablePublisher::new(resume_from.clone());
         let pipeline = Pipeline::new(
             log.clone(),
             registry.clone(),
             PipelineConfig {
-                encoder: encoder_config(&config, &endpoint.dbname),
+                encoder: encoder_config(&config, connector_kind, &database),
                 router: TopicRouter::new(&config.name, &[]).expect("no rules"),
                 topic_config: topic_config.clone(),
                 force_schema_change: config.format.schema_change == "force",
-                group_commit_bytes: config.source.group_commit_bytes,
-                group_commit: Duration::from_millis(config.source.group_commit_ms),
+                group_commit_bytes: config.source.common.group_commit_bytes,
+                group_commit: Duration::from_millis(config.source.common.group_commit_ms),
             },
-            dtx,
+            publisher,
         );
         let pipe = tokio::spawn(pipeline.run(brx));
-        let source = PostgresSource::new(src_cfg.clone());
-        let status = source.slot_status();
-        let gauges = {
-            let (retained, slot_lost, durable_lsn) =
-                (retained.clone(), slot_lost.clone(), durable_lsn.clone());
-            let mut drx = drx.clone();
-            tokio::spawn(async move {
-                loop {
-                    {
-                        let s = status.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                        retained.set(s.retained_wal_bytes.unwrap_or(0));
-                        slot_lost.set((s.wal_status.as_deref() == Some("lost")) as u64);
-                        if let Some(SourcePosition::Postgres(p)) = &*drx.borrow_and_update() {
-                            durable_lsn.set(p.lsn.0);
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            })
+        let source = match cdc_sources::build(&spec) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e}");
+                break ExitCode::from(1);
+            }
         };
         let ctx = SourceContext {
             batches: btx,
-            durable: drx,
+            durable,
             resume_from,
             shutdown: shutdown.clone(),
+            metrics: metrics.clone(),
         };
         let src_result = with_progress(snapshot_progress.clone(), source.run(ctx)).await;
         let (stats, pipe_result) = match pipe.await {
@@ -291,7 +234,6 @@ pub async fn run(config: Config) -> ExitCode {
                 break ExitCode::from(1);
             }
         };
-        gauges.abort();
         tracing::info!(
             events = stats.events,
             records = stats.records,

@@ -4,7 +4,10 @@
 //! and type mapping ([`relation`]), the text-format value parser ([`values`]) and the
 //! on-disk spill of streamed transactions ([`spill`]).
 
+pub mod check;
+pub mod config;
 pub mod conn;
+pub mod metrics;
 pub mod pgoutput;
 pub mod protocol;
 pub mod relation;
@@ -14,6 +17,7 @@ pub mod source;
 pub mod spill;
 pub mod values;
 
+pub use config::{PgSettings, PgSourceConfig};
 pub use conn::{PgConnectError, PgEndpoint};
 pub use pgoutput::{DecodeError, PgOutputDecoder, PgOutputMessage};
 pub use relation::{RelationCache, RelationInfo, TypeResolver};
@@ -22,4 +26,4 @@ pub use replication::{
     IdentifySystem, ReplicationConnection, ReplicationError, ReplicationStream, SlotSnapshot,
     StreamOptions,
 };
-pub use source::{PgSourceConfig, PostgresSource, SlotStatus, SnapshotMode};
+pub use source::{PostgresSource, SlotStatus, SnapshotMode};

@@ -44,13 +44,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cdc_schemas::{
-    ChangeEvent, LogicalMessage as EvMessage, Lsn, PgPosition, SourcePosition, TableId,
+    ChangeEvent, Checkpoint, LogicalMessage as EvMessage, Lsn, PgPosition, SourcePosition, TableId,
     TransactionInfo,
 };
-use std::path::PathBuf;
 use tokio::sync::{mpsc, watch};
 
-use super::conn::PgEndpoint;
+pub use super::config::PgSourceConfig;
+use super::metrics::PgMetrics;
 use super::pgoutput::{PgOutputDecoder, PgOutputMessage};
 use super::relation::{load_table_catalog, load_types, RelationCache, StaticTypeResolver};
 use super::replication::{
@@ -59,6 +59,7 @@ use super::replication::{
 };
 use super::snapshot::{now_ms, run_snapshot, SnapshotParams};
 use super::spill::{SpillError, SpillReader, SpillStore};
+pub use crate::config::SnapshotMode;
 use crate::filter::TableFilter;
 use crate::{ChangeBatch, Source, SourceContext, SourceError};
 
@@ -67,51 +68,6 @@ pub const HEARTBEAT_PREFIX: &str = "cdc_heartbeat";
 
 /// Microseconds between 1970-01-01 and 2000-01-01 (Postgres' epoch), in ms.
 const PG_EPOCH_MS: i64 = 946_684_800_000;
-
-/// `snapshot.mode`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotMode {
-    Initial,
-    Never,
-    WhenNeeded,
-    InitialOnly,
-}
-
-impl SnapshotMode {
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "initial" => SnapshotMode::Initial,
-            "never" => SnapshotMode::Never,
-            "when_needed" => SnapshotMode::WhenNeeded,
-            "initial_only" => SnapshotMode::InitialOnly,
-            _ => return None,
-        })
-    }
-}
-
-/// Everything the source needs.
-#[derive(Clone, Debug)]
-pub struct PgSourceConfig {
-    pub endpoint: PgEndpoint,
-    pub slot: String,
-    pub publication: String,
-    pub filter: TableFilter,
-    pub snapshot_mode: SnapshotMode,
-    pub snapshot_connections: usize,
-    pub snapshot_chunk_pages: u64,
-    pub max_batch_events: usize,
-    /// `None`: no heartbeats.
-    pub heartbeat_interval: Option<Duration>,
-    pub slot_monitor_interval: Duration,
-    pub max_retained_wal: Option<u64>,
-    pub status_interval: Duration,
-    /// Ask the server to stream large transactions while they are open (protocol 2+,
-    /// Postgres 14+); they are spilled to `spill_dir` until they commit.
-    pub streaming: bool,
-    pub spill_dir: PathBuf,
-    /// Re-select unchanged TOASTed values of updates by key (`source.toast = "reselect"`).
-    pub toast_reselect: bool,
-}
 
 /// What the slot monitor last saw (exported as metrics by the connector).
 #[derive(Clone, Debug, Default)]
@@ -139,6 +95,11 @@ impl PostgresSource {
     /// The slot monitor's latest readings (shared; updated while the source runs).
     pub fn slot_status(&self) -> Arc<Mutex<SlotStatus>> {
         self.status.clone()
+    }
+
+    /// The database this source captures.
+    pub fn database(&self) -> &str {
+        &self.cfg.endpoint.dbname
     }
 }
 
@@ -178,9 +139,23 @@ fn sql_err(what: &str, e: tokio_postgres::Error) -> SourceError {
     }
 }
 
-fn pos_of(p: &Option<SourcePosition>) -> Option<PgPosition> {
+/// The Postgres position of a checkpoint (None for another source's, or an unfinished
+/// snapshot).
+fn pos_of(c: Option<&Checkpoint>) -> Option<PgPosition> {
+    c.and_then(Checkpoint::position).and_then(pg_position)
+}
+
+fn pg_position(p: &SourcePosition) -> Option<PgPosition> {
     match p {
-        Some(SourcePosition::Postgres(p)) => Some(p.clone()),
+        SourcePosition::Postgres(p) => Some(p.clone()),
+        _ => None,
+    }
+}
+
+/// The LSN a durable position lets us confirm to the slot.
+fn durable_lsn(p: &SourcePosition) -> Option<Lsn> {
+    match p {
+        SourcePosition::Postgres(p) => Some(p.lsn),
         _ => None,
     }
 }
@@ -323,7 +298,7 @@ async fn run(
         .await
         .map_err(|e| SourceError::from(ReplicationError::Connect(e)))?;
     let tables = ensure_publication(&client, &cfg).await?;
-    let stored = pos_of(&ctx.resume_from).filter(|p| p.lsn != Lsn::ZERO);
+    let stored = pos_of(ctx.resume_from.as_ref());
     let slot = slot_row(&client, &cfg.slot).await?;
     if let Some(s) = &slot {
         if s.plugin.as_deref() != Some("pgoutput")
@@ -395,7 +370,7 @@ async fn run(
                     &ctx.batches,
                     ChangeBatch {
                         events: Vec::new(),
-                        commit: Some(SourcePosition::Postgres(PgPosition::default())),
+                        commit: Some(Checkpoint::SnapshotIncomplete),
                         approx_bytes: 0,
                     },
                 )
@@ -434,12 +409,12 @@ async fn run(
                 &ctx.batches,
                 ChangeBatch {
                     events: Vec::new(),
-                    commit: Some(SourcePosition::Postgres(PgPosition {
+                    commit: Some(Checkpoint::At(SourcePosition::Postgres(PgPosition {
                         commit_lsn: cp,
                         lsn: cp,
                         tx_id: None,
                         xmin: None,
-                    })),
+                    }))),
                     approx_bytes: 0,
                 },
             )
@@ -464,19 +439,12 @@ async fn send(tx: &mpsc::Sender<ChangeBatch>, b: ChangeBatch) -> Result<(), Sour
 
 /// Waits (bounded) until the pipeline reports `lsn` durable or goes away.
 async fn wait_durable(ctx: &mut SourceContext, lsn: Lsn) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        if pos_of(&ctx.durable.borrow())
-            .map(|p| p.lsn >= lsn)
-            .unwrap_or(false)
-        {
-            return;
-        }
-        match tokio::time::timeout_at(deadline, ctx.durable.changed()).await {
-            Ok(Ok(())) => {}
-            _ => return,
-        }
-    }
+    let reached = |c: Option<&Checkpoint>| {
+        c.and_then(Checkpoint::position)
+            .and_then(durable_lsn)
+            .is_some_and(|l| l >= lsn)
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(60), ctx.durable.wait_for(reached)).await;
 }
 
 struct OpenTx {
@@ -503,18 +471,22 @@ async fn stream(
     skip_before: Lsn,
     ctx: SourceContext,
 ) -> Result<(), SourceError> {
+    let metrics = PgMetrics::register(&ctx.metrics, &cfg.slot);
     // The durable position as the replication stream wants it (an LSN).
     let (lsn_tx, lsn_rx) = watch::channel(skip_before);
     let lsn_tx = Arc::new(lsn_tx);
     let forward = {
         let mut durable = ctx.durable.clone();
         let lsn_tx = lsn_tx.clone();
+        let gauge = metrics.durable_lsn.clone();
         tokio::spawn(async move {
             loop {
-                if let Some(p) = pos_of(&durable.borrow_and_update()) {
+                durable.mark_seen();
+                if let Some(lsn) = durable.position_with(durable_lsn) {
+                    gauge.set(lsn.0);
                     lsn_tx.send_if_modified(|l| {
-                        if p.lsn > *l {
-                            *l = p.lsn;
+                        if lsn > *l {
+                            *l = lsn;
                             true
                         } else {
                             false
@@ -549,7 +521,7 @@ async fn stream(
             }
         })?;
     let (alarm_tx, mut alarm_rx) = mpsc::channel::<SourceError>(1);
-    let monitor = tokio::spawn(monitor(cfg.clone(), status, alarm_tx));
+    let monitor = tokio::spawn(monitor(cfg.clone(), status, metrics.clone(), alarm_tx));
 
     let mut spill = match SpillStore::open(&cfg.spill_dir) {
         Ok(s) => Some(s),
@@ -670,7 +642,7 @@ async fn stream(
                             &ctx.batches,
                             ChangeBatch {
                                 events,
-                                commit: Some(pos),
+                                commit: Some(Checkpoint::At(pos)),
                                 approx_bytes: 0,
                             },
                         )
@@ -764,16 +736,16 @@ async fn stream(
         .map(|r| r.is_ok())
         .unwrap_or(false)
     {}
-    if let Some(p) = pos_of(&durable.borrow()) {
+    if let Some(lsn) = durable.position_with(durable_lsn) {
         lsn_tx.send_if_modified(|l| {
-            if p.lsn > *l {
-                *l = p.lsn;
+            if lsn > *l {
+                *l = lsn;
                 true
             } else {
                 false
             }
         });
-        tracing::info!(flushed = %p.lsn, "final position sent to the server");
+        tracing::info!(flushed = %lsn, "final position sent to the server");
     }
     forward.abort();
     stream.stop().await;
@@ -961,7 +933,7 @@ impl Decoding<'_> {
             &self.batches,
             ChangeBatch {
                 events: open.events,
-                commit: Some(pos),
+                commit: Some(Checkpoint::At(pos)),
                 approx_bytes: open.events_bytes,
             },
         )
@@ -1124,6 +1096,7 @@ fn to_events(
 async fn monitor(
     cfg: PgSourceConfig,
     status: Arc<Mutex<SlotStatus>>,
+    metrics: PgMetrics,
     alarm: mpsc::Sender<SourceError>,
 ) {
     let mut client = None;
@@ -1192,6 +1165,7 @@ async fn monitor(
             s.retained_wal_bytes = retained;
             s.wal_status = wal_status.clone();
             s.confirmed_flush_lsn = confirmed.and_then(|c| c.parse().ok());
+            metrics.observe(&s);
             tracing::debug!(slot = %cfg.slot, retained_wal_bytes = ?retained, wal_status = ?wal_status, "slot status");
             if let (Some(limit), Some(r)) = (cfg.max_retained_wal, retained) {
                 if r > limit && !s.over_limit {

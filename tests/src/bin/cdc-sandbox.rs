@@ -81,7 +81,7 @@ async fn run(keep: bool, seconds: u64) -> anyhow::Result<bool> {
         config_text.replace(cdc_harness::passwords::PG_CDC, "***")
     );
     let config = Config::from_parts(&config_path, &config_text, std::iter::empty())?;
-    let report = cdc_connector::check::run(&config).await;
+    let report = cdc_sources::check(&config.source_spec()).await;
     print!("{}", report.render_text());
     if !report.ok() {
         eprintln!("the preflight checks failed; not starting the connector");

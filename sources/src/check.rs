@@ -6,13 +6,11 @@
 //! setting that fixes it. The report fails when any item fails.
 //!
 //! Checks only read: they never create a slot, a publication or anything else.
-
-mod mysql;
-mod postgres;
+//!
+//! This module owns the report; each source's checks live in its own folder
+//! (`postgres/check.rs`, `mysql/check.rs`) and [`crate::check`] picks them.
 
 use std::fmt::Write as _;
-
-use crate::config::{Config, SourceKind};
 
 /// The outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +54,7 @@ pub struct CheckReport {
 }
 
 impl CheckReport {
-    fn new(target: String) -> Self {
+    pub(crate) fn new(target: String) -> Self {
         CheckReport {
             target,
             items: Vec::new(),
@@ -164,14 +162,6 @@ impl CheckReport {
                 "fix": i.fix,
             })).collect::<Vec<_>>(),
         })
-    }
-}
-
-/// Runs every check of the configured source.
-pub async fn run(config: &Config) -> CheckReport {
-    match config.source.kind {
-        SourceKind::Postgres => postgres::check(config).await,
-        SourceKind::Mysql => mysql::check(config).await,
     }
 }
 

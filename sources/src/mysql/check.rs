@@ -4,13 +4,14 @@
 //! CLIENT / BINLOG MONITOR, SELECT), binlog retention, and the captured tables.
 
 use cdc_schemas::TableId;
-use cdc_sources::filter::{glob, is_pattern, TableFilter};
-use cdc_sources::mysql::conn::{MySqlConnectErrorKind, MySqlEndpoint};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
-use super::{my_ident, CheckReport};
-use crate::config::Config;
+use super::config::MySqlSettings;
+use super::conn::{MySqlConnectErrorKind, MySqlEndpoint};
+use crate::check::{my_ident, CheckReport};
+use crate::config::SourceSpec;
+use crate::filter::{glob, is_pattern};
 
 const LATER: &[&str] = &[
     "log_bin",
@@ -24,14 +25,12 @@ const LATER: &[&str] = &[
     "tables",
 ];
 
-pub async fn check(config: &Config) -> CheckReport {
-    let endpoint = match MySqlEndpoint::from_url(
-        config.source.url.expose(),
-        config.source.password.as_ref(),
-    ) {
+pub async fn check(spec: &SourceSpec, my: &MySqlSettings) -> CheckReport {
+    let common = &spec.source.common;
+    let endpoint = match MySqlEndpoint::from_url(common.url.expose(), common.password.as_ref()) {
         Ok(ep) => ep,
         Err(e) => {
-            let mut r = CheckReport::new(format!("mysql source {}", config.source.url));
+            let mut r = CheckReport::new(format!("mysql source {}", common.url));
             r.fail("connect", e.message, e.fix);
             r.skip(LATER, "not checked: the source URL is invalid");
             return r;
@@ -51,7 +50,7 @@ pub async fn check(config: &Config) -> CheckReport {
             return r;
         }
     };
-    if let Err(e) = checks(config, &endpoint, &mut conn, &mut r).await {
+    if let Err(e) = checks(spec, my, &endpoint, &mut conn, &mut r).await {
         r.fail(
             "query",
             format!("a server query failed: {e}"),
@@ -75,7 +74,8 @@ async fn var(conn: &mut Conn, name: &str) -> Result<Option<String>, mysql_async:
 }
 
 async fn checks(
-    config: &Config,
+    spec: &SourceSpec,
+    my: &MySqlSettings,
     ep: &MySqlEndpoint,
     conn: &mut Conn,
     r: &mut CheckReport,
@@ -145,7 +145,7 @@ async fn checks(
         .await?
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let ours = config.server_id() as u64;
+    let ours = my.server_id() as u64;
     if server_id == 0 {
         r.fail(
             "server_id",
@@ -271,7 +271,7 @@ async fn checks(
              ORDER BY 1, 2",
         )
         .await?;
-    let filter = TableFilter::new(&config.source.tables, &config.source.exclude_tables);
+    let filter = spec.source.common.filter();
     let mut captured = Vec::new();
     let mut keyless = Vec::new();
     let mut failed = false;

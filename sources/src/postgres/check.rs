@@ -4,13 +4,13 @@
 //! (pgoutput, same database, not invalidated) and WAL retention settings.
 
 use cdc_schemas::TableId;
-use cdc_sources::filter::{is_pattern, TableFilter};
-use cdc_sources::postgres::conn::PgConnectErrorKind;
-use cdc_sources::postgres::conn::PgEndpoint;
 use tokio_postgres::Client;
 
-use super::{pg_ident, CheckReport};
-use crate::config::Config;
+use super::config::PgSettings;
+use super::conn::{PgConnectErrorKind, PgEndpoint};
+use crate::check::{pg_ident, CheckReport};
+use crate::config::SourceSpec;
+use crate::filter::is_pattern;
 
 const LATER: &[&str] = &[
     "server_version",
@@ -24,17 +24,17 @@ const LATER: &[&str] = &[
     "wal_retention",
 ];
 
-pub async fn check(config: &Config) -> CheckReport {
-    let endpoint =
-        match PgEndpoint::from_url(config.source.url.expose(), config.source.password.as_ref()) {
-            Ok(ep) => ep,
-            Err(e) => {
-                let mut r = CheckReport::new(format!("postgres source {}", config.source.url));
-                r.fail("connect", e.message, e.fix);
-                r.skip(LATER, "not checked: the source URL is invalid");
-                return r;
-            }
-        };
+pub async fn check(spec: &SourceSpec, pg: &PgSettings) -> CheckReport {
+    let common = &spec.source.common;
+    let endpoint = match PgEndpoint::from_url(common.url.expose(), common.password.as_ref()) {
+        Ok(ep) => ep,
+        Err(e) => {
+            let mut r = CheckReport::new(format!("postgres source {}", common.url));
+            r.fail("connect", e.message, e.fix);
+            r.skip(LATER, "not checked: the source URL is invalid");
+            return r;
+        }
+    };
     let mut r = CheckReport::new(format!("postgres source {}", endpoint.redacted));
     let client = match endpoint.connect().await {
         Ok(c) => c,
@@ -49,13 +49,10 @@ pub async fn check(config: &Config) -> CheckReport {
             return r;
         }
     };
-    if let Err(e) = checks(config, &endpoint, &client, &mut r).await {
+    if let Err(e) = checks(spec, pg, &endpoint, &client, &mut r).await {
         r.fail(
             "query",
-            format!(
-                "a catalog query failed: {}",
-                cdc_sources::postgres::conn::error_chain(&e)
-            ),
+            format!("a catalog query failed: {}", super::conn::error_chain(&e)),
             "check that the user may read the system catalogs (pg_catalog) of this database",
         );
     }
@@ -63,7 +60,8 @@ pub async fn check(config: &Config) -> CheckReport {
 }
 
 async fn checks(
-    config: &Config,
+    spec: &SourceSpec,
+    pg: &PgSettings,
     ep: &PgEndpoint,
     c: &Client,
     r: &mut CheckReport,
@@ -133,7 +131,7 @@ async fn checks(
     }
 
     // Slot and sender capacity. Our own slot, if it exists, already holds its place.
-    let slot = config.slot_name();
+    let slot = pg.slot().to_string();
     let row = c
         .query_one(
             "SELECT current_setting('max_replication_slots')::int, \
@@ -227,7 +225,7 @@ async fn checks(
             &[],
         )
         .await?;
-    let filter = TableFilter::new(&config.source.tables, &config.source.exclude_tables);
+    let filter = spec.source.common.filter();
     let mut captured: Vec<TableId> = Vec::new();
     let mut problems: Vec<(String, String)> = Vec::new();
     let mut not_owned: Vec<TableId> = Vec::new();
@@ -271,7 +269,7 @@ async fn checks(
     for pattern in filter.include_patterns() {
         let matched = captured
             .iter()
-            .any(|t| cdc_sources::filter::glob(pattern, &t.to_string()));
+            .any(|t| crate::filter::glob(pattern, &t.to_string()));
         if !matched {
             if is_pattern(pattern) {
                 r.warn(
@@ -317,7 +315,7 @@ async fn checks(
     }
 
     // Publication.
-    let publication = config.publication_name();
+    let publication = pg.publication().to_string();
     let row = c
         .query_opt(
             "SELECT puballtables FROM pg_publication WHERE pubname = $1",

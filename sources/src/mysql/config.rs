@@ -1,0 +1,74 @@
+//! The MySQL / MariaDB keys of `[source]` ([`MySqlSettings`]).
+//!
+//! Invariant: after [`DbSection::finish`] `server_id` is set (configured, or a stable
+//! hash of the connector's name in `1_000_000..2^31`) and is not 0.
+
+use serde::Deserialize;
+
+use super::conn::MySqlEndpoint;
+use crate::config::{CommonSourceConfig, DbSection, KeyError};
+
+/// The keys of `[source]` only a MySQL / MariaDB source has.
+#[derive(Debug, Clone, Deserialize)]
+pub struct MySqlSettings {
+    /// The replica `server_id` the binlog connection registers with. Default: derived
+    /// from the connector's name (stable, in 1_000_000..2^31).
+    #[serde(default)]
+    pub server_id: Option<u32>,
+}
+
+impl MySqlSettings {
+    /// The replica `server_id` (resolved by `finish`).
+    pub fn server_id(&self) -> u32 {
+        self.server_id.unwrap_or_default()
+    }
+}
+
+/// A stable hash of the connector's name as a replica `server_id`.
+fn default_server_id(connector: &str) -> u32 {
+    // FNV-1a: stable across releases and platforms, unlike std's hasher.
+    let mut h: u32 = 0x811c_9dc5;
+    for b in connector.bytes() {
+        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+    }
+    1_000_000 + h % (i32::MAX as u32 - 1_000_000)
+}
+
+impl DbSection for MySqlSettings {
+    fn finish(
+        &mut self,
+        connector_name: &str,
+        common: &CommonSourceConfig,
+    ) -> Result<(), KeyError> {
+        if let Err(e) = MySqlEndpoint::from_url(common.url.expose(), common.password.as_ref()) {
+            return Err((
+                "source.url".into(),
+                format!("{}. Fix: {}", e.message, e.fix),
+            ));
+        }
+        if self.server_id == Some(0) {
+            return Err((
+                "source.server_id".into(),
+                "0 is not a valid replica server_id: use 1 to 4294967295, different from every server's".into(),
+            ));
+        }
+        self.server_id
+            .get_or_insert_with(|| default_server_id(connector_name));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_id_is_stable_and_in_range() {
+        let a = default_server_id("inventory");
+        assert_eq!(a, default_server_id("inventory"));
+        assert_ne!(a, default_server_id("inventory2"));
+        for n in ["a", "b", "x-y", "inventory"] {
+            assert!((1_000_000..i32::MAX as u32).contains(&default_server_id(n)));
+        }
+    }
+}
