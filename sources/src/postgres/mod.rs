@@ -5,6 +5,7 @@
 //! on-disk spill of streamed transactions ([`spill`]).
 
 pub mod conn;
+pub mod decode;
 pub mod pgoutput;
 pub mod protocol;
 pub mod relation;
@@ -12,9 +13,9 @@ pub mod replication;
 pub mod snapshot;
 pub mod source;
 pub mod spill;
-pub mod values;
 
 pub use conn::{PgConnectError, PgEndpoint};
+pub use decode::text as values;
 pub use pgoutput::{DecodeError, PgOutputDecoder, PgOutputMessage};
 pub use relation::{RelationCache, RelationInfo, TypeResolver};
 pub use replication::{

@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use cdc_schemas::{Column, ColumnType, Row, TableId, TableSchema, Value};
 
+use super::decode::{parse_value, ValueError, ValueKind};
 use super::pgoutput::{Relation, ReplicaIdentity, TupleColumn, TupleData, TypeMessage};
-use super::values::{parse_value, ValueError, ValueKind};
 
 /// What the catalog says about a type.
 #[derive(Clone, Debug, PartialEq, Eq)]

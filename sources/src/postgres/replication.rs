@@ -12,7 +12,7 @@
 //! process*, i.e. under the GUCs of this connection. The start-up packet therefore sets
 //! `options=-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601
 //! -c extra_float_digits=3 -c bytea_output=hex` and `client_encoding=UTF8`, and the value
-//! parser in [`super::values`] relies on exactly these formats:
+//! parser in [`super::decode::text`] relies on exactly these formats:
 //! `timestamptz` arrives as `2024-01-01 12:00:00+00`, floats in their shortest exact
 //! form, intervals as ISO 8601 durations with a sign per field (`P-1Y2M3DT-4H5M6.5S`),
 //! which is unambiguous and easy to parse exactly.
@@ -78,7 +78,7 @@ use super::protocol::{
 use crate::tls::{client_config, TlsMode};
 use crate::SourceError;
 
-/// The `options` start-up parameter: the output formats [`super::values`] parses.
+/// The `options` start-up parameter: the output formats [`super::decode::text`] parses.
 pub const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601 -c extra_float_digits=3 -c bytea_output=hex";
 
 trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
