@@ -13,16 +13,16 @@
 //! `COPY (SELECT … WHERE ctid >= '(lo,0)' AND ctid < '(hi,0)') TO STDOUT`. Postgres 14+
 //! runs these as TID range scans; older versions scan the table per chunk (correct, slower).
 //!
-//! Format: a table whose columns are all built-in scalar types with a [`BinKind`]
-//! ([`binary_plan`]) is read with `(FORMAT binary)`: no text formatting on the server and
-//! no text parsing here (BENCHMARKS.md, "Postgres source", has the CPU figures); the
-//! decoders give exactly the [`Value`](cdc_schemas::Value)s the text parser gives
-//! (`tests/tests/pg_snapshot_copy.rs`). Any other table (arrays, enums, domains,
-//! composites, network and other text-like types) is read in text format and parsed with
-//! the same value parsers as pgoutput's text tuples (the readers set the walsender's
-//! session GUCs, so the output functions print the same text). Both go through a
-//! [`CopyDecoder`] ([`super::decode::copy`]), which also handles rows split across
-//! CopyData messages.
+//! Format: a table whose columns are all built-in scalar types with a [`BinKind`] (the
+//! type table's `binary` column, [`binary_plan`]) is read with `(FORMAT binary)`: no text
+//! formatting on the server and no text parsing here (BENCHMARKS.md, "Postgres source",
+//! has the CPU figures); the decoders give exactly the [`Value`](cdc_schemas::Value)s
+//! the text parser gives (`tests/tests/pg_snapshot_copy.rs`). Any other table (arrays,
+//! enums, domains, composites, network and other text-like types) is read in text format
+//! and parsed with the same value parsers as pgoutput's text tuples (the readers set the
+//! walsender's session GUCs, so the output functions print the same text). Both go
+//! through a [`CopyDecoder`] ([`super::decode::copy`]), which also handles rows split
+//! across CopyData messages.
 //!
 //! The table's schema is derived by building the Relation message pgoutput would send
 //! (columns in attnum order, generated columns left out, key = replica identity columns) and

@@ -1,7 +1,8 @@
 //! Decoding Postgres' binary send format (`COPY … (FORMAT binary)`) into [`Value`]s.
 //!
 //! Owns [`BinKind`], the decoders of the built-in scalar types whose binary form is
-//! simple.
+//! simple; which type has which decoder is the type table's business
+//! ([`super::BUILTIN_TYPES`], the `binary` column).
 //!
 //! Invariant: for every value, [`decode_binary`] gives exactly the [`Value`] the text
 //! parser ([`super::text`]) gives for the same value's text form under the session
@@ -14,7 +15,8 @@ use cdc_schemas::{Decimal, Value};
 
 /// How a column is read from `COPY … (FORMAT binary)`: the built-in scalar types whose
 /// binary form is simple and whose [`Value`] it gives is exactly what the text parser
-/// gives for the text form (`tests/tests/pg_snapshot_copy.rs` compares both).
+/// gives for the text form (`tests/tests/pg_snapshot_copy.rs` compares both). Which
+/// type has which is the `binary` column of [`super::BUILTIN_TYPES`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BinKind {
     Bool,

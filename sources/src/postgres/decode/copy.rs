@@ -5,7 +5,7 @@
 //! header, per row a field count and length-prefixed fields, the `-1` trailer), both
 //! behind [`CopyDecoder`], which also joins rows split across CopyData messages. The
 //! values themselves are parsed by [`super::text`] (text format) and [`super::binary`]
-//! (binary format); [`binary_plan`] picks the binary decoders.
+//! (binary format); [`binary_plan`] picks the binary decoders from the type table.
 //!
 //! Invariants: a table is read in binary format only when every column has a binary
 //! decoder, so a row never mixes formats; both formats give the same [`Row`] for the same
@@ -16,7 +16,8 @@
 use cdc_schemas::{Row, Value};
 
 use super::binary::{be, decode_binary, BinKind};
-use super::text::{parse_value, ValueKind};
+use super::builtin_scalar;
+use super::text::parse_value;
 use crate::postgres::relation::RelationInfo;
 
 /// Undoes COPY text escaping of one field.
@@ -107,36 +108,15 @@ pub fn parse_copy_line(rel: &RelationInfo, line: &[u8], buf: &mut Vec<u8>) -> Re
 
 /// The binary decoders for `rel`'s columns when every column has one; `None` otherwise
 /// (the table is then read in text format: arrays, enums, domains, composites, network
-/// and other text-like types).
+/// and other text-like types). Derived from the type table's `binary` column; computed
+/// once per table, not per row.
 pub fn binary_plan(rel: &RelationInfo) -> Option<Vec<BinKind>> {
-    use BinKind as B;
-    use ValueKind as K;
     rel.columns
         .iter()
         .map(|c| {
-            let (b, k) = match c.type_oid {
-                16 => (B::Bool, K::Bool),
-                17 => (B::Bytea, K::Bytea),
-                19 | 25 | 1042 | 1043 => (B::Text, K::Text),
-                20 => (B::Int8, K::Int64),
-                21 => (B::Int2, K::Int16),
-                23 => (B::Int4, K::Int32),
-                114 => (B::Json, K::Json),
-                700 => (B::Float4, K::Float32),
-                701 => (B::Float8, K::Float64),
-                1082 => (B::Date, K::Date),
-                1083 => (B::Time, K::Time),
-                1114 => (B::Timestamp, K::Timestamp),
-                1184 => (B::TimestampTz, K::TimestampTz),
-                1186 => (B::Interval, K::Interval),
-                1266 => (B::TimeTz, K::TimeTz),
-                1560 | 1562 => (B::Bits, K::Bits),
-                1700 => (B::Numeric, K::Numeric),
-                2950 => (B::Uuid, K::Uuid),
-                3802 => (B::Jsonb, K::Json),
-                _ => return None,
-            };
-            (c.kind == k).then_some(b)
+            let t = builtin_scalar(c.type_oid)?;
+            let b = t.binary?;
+            (c.kind == t.text).then_some(b)
         })
         .collect()
 }

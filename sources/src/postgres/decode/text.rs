@@ -1,6 +1,8 @@
 //! Parsing Postgres' text output format into [`Value`]s, losslessly.
 //!
-//! Owns [`ValueKind`] (how a column's text is parsed) and the parsers. pgoutput tuples and the snapshot's COPY text rows both come here.
+//! Owns [`ValueKind`] (how a column's text is parsed; the built-in types' kinds are the
+//! `text` column of [`super::BUILTIN_TYPES`], the others come from [`super::map_type`])
+//! and the parsers. pgoutput tuples and the snapshot's COPY text rows both come here.
 //!
 //! The formats are those of the replication session's settings (see
 //! [`crate::postgres::replication::SESSION_OPTIONS`]; the snapshot readers set the same):
