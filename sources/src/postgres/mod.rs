@@ -11,6 +11,7 @@ pub mod protocol;
 pub mod relation;
 pub mod replication;
 pub mod snapshot;
+pub mod snapshot_progress;
 pub mod source;
 pub mod spill;
 

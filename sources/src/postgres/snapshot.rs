@@ -1,6 +1,10 @@
 //! The initial snapshot: every captured table read as of the replication slot's exported
 //! snapshot, in parallel chunks, as `op = r` events.
 //!
+//! This module owns the driver (describing the tables, planning chunks, the readers) and
+//! the order and markers of the records it sends; the rows are parsed by
+//! [`super::decode::copy`] and progress is counted in [`super::snapshot_progress`].
+//!
 //! Consistency with the slot: the slot is created with `EXPORT_SNAPSHOT` on the replication
 //! connection, which then stays open and idle until every reader has imported the snapshot
 //! (`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '…'`).
@@ -52,15 +56,11 @@
 //!
 //! # Progress
 //!
-//! A [`SnapshotProgress`] counts rows read, tables done and the row estimate (the sum of
-//! `pg_class.reltuples`). The connector puts one in scope with [`with_progress`] around the
-//! source and renders it (progress bar on a terminal, log lines and metrics otherwise);
-//! without one in scope the snapshot logs an info line every few seconds itself.
+//! The readers count rows and tables in the [`SnapshotProgress`] in scope
+//! ([`super::snapshot_progress`], which owns the counters and their reporting).
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use cdc_schemas::{ChangeEvent, Lsn, PgPosition, Row, SnapshotMarker, SourcePosition, TableId};
 use futures_util::StreamExt;
@@ -72,17 +72,17 @@ use super::relation::{
     load_table_catalog, load_types, RelationCache, RelationInfo, StaticTypeResolver,
 };
 use super::replication::{quote_ident, quote_literal};
+use super::snapshot_progress;
 use crate::{ChangeBatch, SourceError};
 
 // COPY parsing moved to `decode`; these paths stay for the snapshot's users.
 pub use super::decode::copy::{binary_plan, parse_copy_line, unescape_copy, CopyDecoder};
 pub use super::decode::{decode_binary, BinKind};
+// Progress reporting moved to `snapshot_progress`; these paths stay for the connector.
+pub use super::snapshot_progress::{log_progress, with_progress, ProgressView, SnapshotProgress};
 
 /// The session settings pgoutput's walsender uses ([`super::replication::SESSION_OPTIONS`]).
 pub const SESSION_SETTINGS: &str = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 3; SET bytea_output = 'hex'; SET client_encoding = 'UTF8'";
-
-/// How often the snapshot logs its progress when no reporter is attached.
-const LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// What the snapshot needs.
 pub struct SnapshotParams {
@@ -94,113 +94,6 @@ pub struct SnapshotParams {
     pub batch_events: usize,
     /// The slot's consistent point: the position of every snapshot record.
     pub consistent_point: Lsn,
-}
-
-/// Progress of the (current or last) snapshot, shared between the readers and whoever
-/// reports it. All counters are cumulative for one snapshot; a new snapshot resets them.
-#[derive(Debug, Default)]
-pub struct SnapshotProgress {
-    running: AtomicBool,
-    reporter: AtomicBool,
-    rows: AtomicU64,
-    estimated_rows: AtomicU64,
-    tables: AtomicU64,
-    tables_done: AtomicU64,
-    times: Mutex<(Option<Instant>, Option<Instant>)>,
-}
-
-/// A consistent-enough reading of [`SnapshotProgress`].
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ProgressView {
-    /// A snapshot is running now.
-    pub running: bool,
-    /// A snapshot ran (or runs) in this process.
-    pub started: bool,
-    pub rows: u64,
-    /// Sum of `pg_class.reltuples` of the tables (0 when the server has no statistics).
-    pub estimated_rows: u64,
-    pub tables: u64,
-    pub tables_done: u64,
-    pub elapsed: Duration,
-}
-
-impl ProgressView {
-    pub fn rows_per_sec(&self) -> f64 {
-        let s = self.elapsed.as_secs_f64();
-        if s > 0.0 {
-            self.rows as f64 / s
-        } else {
-            0.0
-        }
-    }
-
-    /// Time left at the average rate so far; `None` without an estimate or a rate, or
-    /// once more rows than estimated were read (the estimate was low: unknown).
-    pub fn eta(&self) -> Option<Duration> {
-        let rate = self.rows_per_sec();
-        if !self.running || self.rows >= self.estimated_rows || rate <= 0.0 {
-            return None;
-        }
-        let left = self.estimated_rows.saturating_sub(self.rows) as f64;
-        Some(Duration::from_secs_f64(left / rate))
-    }
-
-    /// Rows read as a fraction of the estimate (capped at 1), when there is one.
-    pub fn fraction(&self) -> Option<f64> {
-        (self.estimated_rows > 0).then(|| (self.rows as f64 / self.estimated_rows as f64).min(1.0))
-    }
-}
-
-impl SnapshotProgress {
-    pub fn new() -> Arc<Self> {
-        Arc::default()
-    }
-
-    /// Someone renders this progress: the snapshot then does not log it periodically.
-    pub fn attach_reporter(&self) {
-        self.reporter.store(true, Ordering::Relaxed);
-    }
-
-    pub fn view(&self) -> ProgressView {
-        let (start, end) = *self.times.lock().unwrap_or_else(|e| e.into_inner());
-        let elapsed = match (start, end) {
-            (Some(s), Some(e)) => e.duration_since(s),
-            (Some(s), None) => s.elapsed(),
-            _ => Duration::ZERO,
-        };
-        ProgressView {
-            running: self.running.load(Ordering::Relaxed),
-            started: start.is_some(),
-            rows: self.rows.load(Ordering::Relaxed),
-            estimated_rows: self.estimated_rows.load(Ordering::Relaxed),
-            tables: self.tables.load(Ordering::Relaxed),
-            tables_done: self.tables_done.load(Ordering::Relaxed),
-            elapsed,
-        }
-    }
-
-    fn begin(&self, tables: u64, estimated_rows: u64) {
-        *self.times.lock().unwrap_or_else(|e| e.into_inner()) = (Some(Instant::now()), None);
-        self.rows.store(0, Ordering::Relaxed);
-        self.tables_done.store(0, Ordering::Relaxed);
-        self.tables.store(tables, Ordering::Relaxed);
-        self.estimated_rows.store(estimated_rows, Ordering::Relaxed);
-        self.running.store(true, Ordering::Relaxed);
-    }
-
-    fn end(&self) {
-        self.times.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(Instant::now());
-        self.running.store(false, Ordering::Relaxed);
-    }
-}
-
-tokio::task_local! {
-    static PROGRESS: Arc<SnapshotProgress>;
-}
-
-/// Runs `f` (a source) with `progress` as the progress of any snapshot it takes.
-pub async fn with_progress<F: Future>(progress: Arc<SnapshotProgress>, f: F) -> F::Output {
-    PROGRESS.scope(progress, f).await
 }
 
 struct Chunk {
@@ -309,9 +202,7 @@ pub async fn run_snapshot(
     p: SnapshotParams,
     out: mpsc::Sender<ChangeBatch>,
 ) -> Result<u64, SourceError> {
-    let progress = PROGRESS
-        .try_with(|p| p.clone())
-        .unwrap_or_else(|_| SnapshotProgress::new());
+    let progress = snapshot_progress::in_scope();
     let started = Instant::now();
     let n = p.connections.max(1);
     let mut clients = Vec::with_capacity(n);
@@ -394,17 +285,7 @@ pub async fn run_snapshot(
         progress.clone(),
     ));
     let queue = Arc::new(Mutex::new(queue));
-    let logger = (!progress.reporter.load(Ordering::Relaxed)).then(|| {
-        let progress = progress.clone();
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(LOG_EVERY);
-            t.tick().await;
-            loop {
-                t.tick().await;
-                log_progress(&progress.view());
-            }
-        })
-    });
+    let logger = snapshot_progress::spawn_logger(&progress);
     let mut workers = tokio::task::JoinSet::new();
     for client in clients {
         let queue = queue.clone();
@@ -460,19 +341,6 @@ pub async fn run_snapshot(
         "snapshot read every table"
     );
     Ok(view.rows)
-}
-
-/// The periodic progress line.
-pub fn log_progress(v: &ProgressView) {
-    tracing::info!(
-        rows = v.rows,
-        rows_per_sec = v.rows_per_sec() as u64,
-        estimated_rows = v.estimated_rows,
-        eta_secs = v.eta().map(|d| d.as_secs()),
-        tables_done = v.tables_done,
-        tables = v.tables,
-        "snapshot in progress"
-    );
 }
 
 /// Per table: what the sequencer knows.
@@ -558,7 +426,7 @@ impl Sequencer {
         let mut front = Vec::new();
         front.extend(st.tail.take());
         front.extend(std::mem::replace(&mut t.held, newest));
-        self.progress.rows.fetch_add(n as u64, Ordering::Relaxed);
+        self.progress.add_rows(n as u64);
         if !front.is_empty() {
             self.send(st, front, 0).await?;
         }
@@ -576,7 +444,7 @@ impl Sequencer {
         }
         let last = t.held.take();
         tracing::info!(table = %t.id, rows = t.rows, "table snapshot read");
-        self.progress.tables_done.fetch_add(1, Ordering::Relaxed);
+        self.progress.table_done();
         let Some(mut last) = last else {
             return Ok(());
         };
