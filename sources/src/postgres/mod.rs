@@ -14,6 +14,7 @@ pub mod snapshot;
 pub mod snapshot_progress;
 pub mod source;
 pub mod spill;
+pub mod stream_task;
 
 pub use conn::{PgConnectError, PgEndpoint};
 pub use decode::text as values;
