@@ -7,18 +7,21 @@
 pub mod check;
 pub mod config;
 pub mod conn;
+pub mod decode;
 pub mod metrics;
 pub mod pgoutput;
 pub mod protocol;
 pub mod relation;
 pub mod replication;
 pub mod snapshot;
+pub mod snapshot_progress;
 pub mod source;
 pub mod spill;
-pub mod values;
+pub mod stream_task;
 
 pub use config::{PgSettings, PgSourceConfig};
 pub use conn::{PgConnectError, PgEndpoint};
+pub use decode::text as values;
 pub use pgoutput::{DecodeError, PgOutputDecoder, PgOutputMessage};
 pub use relation::{RelationCache, RelationInfo, TypeResolver};
 pub use replication::{

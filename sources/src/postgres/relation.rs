@@ -1,49 +1,35 @@
-//! The relation cache and the mapping of Postgres types to the connector's types.
+//! The relation cache: what pgoutput's Relation and Type messages and the catalog say
+//! about each captured table, and the conversion of its tuples into rows.
 //!
 //! pgoutput sends a Relation message before the first change of a table in a session
 //! (and again after its definition changed), and a Type message for each non-built-in
-//! type it refers to. [`RelationCache`] keeps both; for each column it derives the
-//! logical [`ColumnType`], the source type name (`varchar(255)`, `numeric(10,2)`,
-//! `int4[]`) and the [`ValueKind`] used to parse its text.
+//! type it refers to. [`RelationCache`] keeps both; for each column it keeps the logical
+//! [`ColumnType`](cdc_schemas::ColumnType), the source type name (`varchar(255)`,
+//! `numeric(10,2)`, `int4[]`) and the [`ValueKind`] used to parse its text, all from
+//! [`map_type`] (the type table and the mapping live in [`super::decode`]).
 //!
-//! Built-in types are known by OID. Everything else — enums, domains, composites, arrays
-//! of those, extension types — needs the catalog: the source implements
+//! Built-in types are known by OID. Everything else (enums, domains, composites, arrays
+//! of those, extension types) needs the catalog: the source implements
 //! [`TypeResolver`] (or fills a [`StaticTypeResolver`], e.g. with [`load_types`] from
 //! `pg_type`) before the relation is applied; [`RelationCache::unresolved_types`] says
 //! which OIDs a Relation message needs. A type nobody can resolve becomes
-//! [`ColumnType::Unknown`] with its values passed as text, and a one-time warning names
-//! the column.
+//! [`ColumnType::Unknown`](cdc_schemas::ColumnType::Unknown) with its values passed as
+//! text, and a one-time warning names the column.
+//!
+//! Invariants: a column's [`ValueKind`] is resolved once, when the relation is applied;
+//! [`decode_tuple`] only dispatches on it. The record key is the primary key when the
+//! replica identity carries it (see [`TableCatalog`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use cdc_schemas::{Column, ColumnType, Row, TableId, TableSchema, Value};
+use cdc_schemas::{Column, Row, TableId, TableSchema, Value};
 
+use super::decode::{parse_value, ValueError, ValueKind};
 use super::pgoutput::{Relation, ReplicaIdentity, TupleColumn, TupleData, TypeMessage};
-use super::values::{parse_value, ValueError, ValueKind};
 
-/// What the catalog says about a type.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PgTypeInfo {
-    pub oid: u32,
-    pub namespace: String,
-    pub name: String,
-    pub kind: PgTypeKind,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PgTypeKind {
-    /// An enum and its labels in sort order.
-    Enum { labels: Vec<String> },
-    /// A domain over `base_oid` (with the base's typmod).
-    Domain { base_oid: u32, base_typmod: i32 },
-    /// A composite type's attributes (name, type OID, typmod), in order.
-    Composite { attributes: Vec<(String, u32, i32)> },
-    /// An array of `element_oid` (`delimiter` is the element type's `typdelim`).
-    Array { element_oid: u32, delimiter: u8 },
-    /// Anything else (base types of extensions, ranges, …): passed as text.
-    Other,
-}
+// The type mapping moved to `decode`; these paths stay for the cache's users.
+pub use super::decode::{builtin, map_type, MappedType, PgTypeInfo, PgTypeKind};
 
 /// Looks types up by OID (the source fills it from `pg_type`).
 pub trait TypeResolver: Send + Sync {
@@ -166,295 +152,6 @@ pub async fn load_types(
         todo.retain(|o| builtin(*o).is_none());
     }
     Ok(out)
-}
-
-/// How a built-in type maps: (name, value kind, column type from the typmod).
-struct Builtin {
-    name: &'static str,
-    kind: ValueKind,
-}
-
-fn b(name: &'static str, kind: ValueKind) -> Option<Builtin> {
-    Some(Builtin { name, kind })
-}
-
-/// Built-in scalar types by OID.
-fn builtin_scalar(oid: u32) -> Option<Builtin> {
-    use ValueKind as K;
-    match oid {
-        16 => b("bool", K::Bool),
-        17 => b("bytea", K::Bytea),
-        18 => b("char", K::Text),
-        19 => b("name", K::Text),
-        20 => b("int8", K::Int64),
-        21 => b("int2", K::Int16),
-        23 => b("int4", K::Int32),
-        25 => b("text", K::Text),
-        26 => b("oid", K::Int64),
-        28 => b("xid", K::Int64),
-        114 => b("json", K::Json),
-        142 => b("xml", K::Text),
-        650 => b("cidr", K::Text),
-        700 => b("float4", K::Float32),
-        701 => b("float8", K::Float64),
-        774 => b("macaddr8", K::Text),
-        790 => b("money", K::Text),
-        829 => b("macaddr", K::Text),
-        869 => b("inet", K::Text),
-        1042 => b("bpchar", K::Text),
-        1043 => b("varchar", K::Text),
-        1082 => b("date", K::Date),
-        1083 => b("time", K::Time),
-        1114 => b("timestamp", K::Timestamp),
-        1184 => b("timestamptz", K::TimestampTz),
-        1186 => b("interval", K::Interval),
-        1266 => b("timetz", K::TimeTz),
-        1560 => b("bit", K::Bits),
-        1562 => b("varbit", K::Bits),
-        1700 => b("numeric", K::Numeric),
-        2950 => b("uuid", K::Uuid),
-        3614 => b("tsvector", K::Text),
-        3802 => b("jsonb", K::Json),
-        _ => None,
-    }
-}
-
-/// Built-in array types: OID → element OID.
-fn builtin_array_elem(oid: u32) -> Option<u32> {
-    Some(match oid {
-        1000 => 16,
-        1001 => 17,
-        1002 => 18,
-        1003 => 19,
-        1016 => 20,
-        1005 => 21,
-        1007 => 23,
-        1009 => 25,
-        1028 => 26,
-        1011 => 28,
-        199 => 114,
-        143 => 142,
-        651 => 650,
-        1021 => 700,
-        1022 => 701,
-        775 => 774,
-        791 => 790,
-        1040 => 829,
-        1041 => 869,
-        1014 => 1042,
-        1015 => 1043,
-        1182 => 1082,
-        1183 => 1083,
-        1115 => 1114,
-        1185 => 1184,
-        1187 => 1186,
-        1270 => 1266,
-        1561 => 1560,
-        1563 => 1562,
-        1231 => 1700,
-        2951 => 2950,
-        3643 => 3614,
-        3807 => 3802,
-        _ => return None,
-    })
-}
-
-/// True when `oid` is a built-in type this module maps without the catalog.
-pub fn builtin(oid: u32) -> Option<&'static str> {
-    if let Some(b) = builtin_scalar(oid) {
-        return Some(b.name);
-    }
-    builtin_array_elem(oid).map(|_| "array")
-}
-
-/// The logical type, source type name and value kind of a type with a typmod.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MappedType {
-    pub ty: ColumnType,
-    pub source_type: String,
-    pub kind: ValueKind,
-    /// False when the type is unknown and values pass as text.
-    pub known: bool,
-}
-
-fn precision(typmod: i32) -> Option<u8> {
-    (typmod >= 0).then_some(typmod.min(6) as u8)
-}
-
-fn scalar_type(b: &Builtin, typmod: i32) -> (ColumnType, String) {
-    let name = b.name;
-    let with = |m: String| format!("{name}({m})");
-    match name {
-        "bool" => (ColumnType::Bool, name.into()),
-        "int2" => (ColumnType::Int16, name.into()),
-        "int4" => (ColumnType::Int32, name.into()),
-        "int8" | "oid" | "xid" => (ColumnType::Int64, name.into()),
-        "float4" => (ColumnType::Float32, name.into()),
-        "float8" => (ColumnType::Float64, name.into()),
-        "numeric" => {
-            if typmod >= 4 {
-                let t = typmod - 4;
-                let p = ((t >> 16) & 0xffff) as u32;
-                // The scale is an 11-bit signed field (negative scales since PG 15).
-                let raw = t & 0x7ff;
-                let s = if raw & 0x400 != 0 { raw - 0x800 } else { raw };
-                (
-                    ColumnType::Decimal {
-                        precision: Some(p),
-                        scale: u32::try_from(s).ok(),
-                    },
-                    with(format!("{p},{s}")),
-                )
-            } else {
-                (
-                    ColumnType::Decimal {
-                        precision: None,
-                        scale: None,
-                    },
-                    name.into(),
-                )
-            }
-        }
-        "varchar" | "bpchar" => {
-            let len = (typmod >= 4).then(|| (typmod - 4) as u32);
-            (
-                ColumnType::Text { max_len: len },
-                len.map_or(name.into(), |l| with(l.to_string())),
-            )
-        }
-        "text" | "name" | "char" => (ColumnType::Text { max_len: None }, name.into()),
-        "bytea" => (ColumnType::Bytes, name.into()),
-        "json" | "jsonb" => (ColumnType::Json, name.into()),
-        "uuid" => (ColumnType::Uuid, name.into()),
-        "date" => (ColumnType::Date, name.into()),
-        "time" | "timetz" | "timestamp" | "timestamptz" => {
-            let p = precision(typmod);
-            let src = p.map_or(name.into(), |p| with(p.to_string()));
-            let ty = match name {
-                "time" => ColumnType::Time { precision: p },
-                "timetz" => ColumnType::TimeTz { precision: p },
-                "timestamp" => ColumnType::Timestamp { precision: p },
-                _ => ColumnType::TimestampTz { precision: p },
-            };
-            (ty, src)
-        }
-        "interval" => (ColumnType::Interval, name.into()),
-        "bit" | "varbit" => {
-            let len = (typmod >= 0).then_some(typmod as u32);
-            (
-                ColumnType::Bits {
-                    len,
-                    varying: name == "varbit",
-                },
-                len.map_or(name.into(), |l| with(l.to_string())),
-            )
-        }
-        _ => (ColumnType::TextLike { name: name.into() }, name.into()),
-    }
-}
-
-/// Maps a type by OID and typmod, asking `lookup` for non-built-in types.
-pub fn map_type(oid: u32, typmod: i32, lookup: &dyn Fn(u32) -> Option<PgTypeInfo>) -> MappedType {
-    map_type_depth(oid, typmod, lookup, 0)
-}
-
-fn unknown(name: String) -> MappedType {
-    MappedType {
-        ty: ColumnType::Unknown { name: name.clone() },
-        source_type: name,
-        kind: ValueKind::Text,
-        known: false,
-    }
-}
-
-fn map_type_depth(
-    oid: u32,
-    typmod: i32,
-    lookup: &dyn Fn(u32) -> Option<PgTypeInfo>,
-    depth: u32,
-) -> MappedType {
-    if depth > 16 {
-        return unknown(format!("type {oid}"));
-    }
-    if let Some(b) = builtin_scalar(oid) {
-        let (ty, source_type) = scalar_type(&b, typmod);
-        return MappedType {
-            ty,
-            source_type,
-            kind: b.kind,
-            known: true,
-        };
-    }
-    let array_elem = builtin_array_elem(oid).map(|e| (e, b','));
-    let info = if array_elem.is_none() {
-        lookup(oid)
-    } else {
-        None
-    };
-    let array_elem = array_elem.or(match &info {
-        Some(PgTypeInfo {
-            kind:
-                PgTypeKind::Array {
-                    element_oid,
-                    delimiter,
-                },
-            ..
-        }) => Some((*element_oid, *delimiter)),
-        _ => None,
-    });
-    if let Some((elem, delim)) = array_elem {
-        let e = map_type_depth(elem, typmod, lookup, depth + 1);
-        return MappedType {
-            ty: ColumnType::Array(Box::new(e.ty)),
-            source_type: format!("{}[]", e.source_type),
-            kind: ValueKind::Array(Box::new(e.kind), delim),
-            known: e.known,
-        };
-    }
-    let Some(info) = info else {
-        return unknown(format!("type {oid}"));
-    };
-    let qualified = if info.namespace.is_empty() || info.namespace == "public" {
-        info.name.clone()
-    } else {
-        format!("{}.{}", info.namespace, info.name)
-    };
-    match info.kind {
-        PgTypeKind::Enum { labels } => MappedType {
-            ty: ColumnType::Enum {
-                name: qualified.clone(),
-                symbols: labels,
-            },
-            source_type: qualified,
-            kind: ValueKind::Text,
-            known: true,
-        },
-        PgTypeKind::Domain {
-            base_oid,
-            base_typmod,
-        } => {
-            let m = map_type_depth(base_oid, base_typmod, lookup, depth + 1);
-            MappedType {
-                source_type: qualified,
-                ..m
-            }
-        }
-        PgTypeKind::Composite { attributes } => {
-            let attrs = attributes
-                .into_iter()
-                .map(|(n, t, m)| (n, map_type_depth(t, m, lookup, depth + 1).kind))
-                .collect();
-            MappedType {
-                ty: ColumnType::Composite {
-                    name: qualified.clone(),
-                },
-                source_type: qualified,
-                kind: ValueKind::Composite(attrs),
-                known: true,
-            }
-        }
-        PgTypeKind::Array { .. } | PgTypeKind::Other => unknown(qualified),
-    }
 }
 
 /// One column of a cached relation.
@@ -744,122 +441,7 @@ mod tests {
     use super::*;
     use crate::postgres::pgoutput::RelationColumn;
     use bytes::Bytes;
-
-    fn none(_: u32) -> Option<PgTypeInfo> {
-        None
-    }
-
-    #[test]
-    fn builtin_types_with_typmods() {
-        let m = map_type(1043, 259, &none);
-        assert_eq!(m.ty, ColumnType::Text { max_len: Some(255) });
-        assert_eq!(m.source_type, "varchar(255)");
-        let m = map_type(1700, ((10 << 16) | 2) + 4, &none);
-        assert_eq!(
-            m.ty,
-            ColumnType::Decimal {
-                precision: Some(10),
-                scale: Some(2)
-            }
-        );
-        assert_eq!(m.source_type, "numeric(10,2)");
-        // numeric(3,-2) (PG 15+): negative scale.
-        let m = map_type(1700, ((3 << 16) | (0x800 - 2)) + 4, &none);
-        assert_eq!(m.source_type, "numeric(3,-2)");
-        let m = map_type(1184, 3, &none);
-        assert_eq!(m.ty, ColumnType::TimestampTz { precision: Some(3) });
-        let m = map_type(1185, -1, &none);
-        assert_eq!(
-            m.ty,
-            ColumnType::Array(Box::new(ColumnType::TimestampTz { precision: None }))
-        );
-        assert_eq!(m.source_type, "timestamptz[]");
-        assert_eq!(
-            m.kind,
-            ValueKind::Array(Box::new(ValueKind::TimestampTz), b',')
-        );
-        let m = map_type(1560, 8, &none);
-        assert_eq!(
-            m.ty,
-            ColumnType::Bits {
-                len: Some(8),
-                varying: false
-            }
-        );
-        assert_eq!(
-            map_type(869, -1, &none).ty,
-            ColumnType::TextLike {
-                name: "inet".into()
-            }
-        );
-        let m = map_type(99999, -1, &none);
-        assert!(!m.known);
-        assert!(matches!(m.ty, ColumnType::Unknown { .. }));
-    }
-
-    #[test]
-    fn catalog_types() {
-        let lookup = |oid: u32| -> Option<PgTypeInfo> {
-            let t = |name: &str, kind| PgTypeInfo {
-                oid,
-                namespace: "public".into(),
-                name: name.into(),
-                kind,
-            };
-            Some(match oid {
-                50000 => t(
-                    "mood",
-                    PgTypeKind::Enum {
-                        labels: vec!["sad".into(), "happy".into()],
-                    },
-                ),
-                50001 => t(
-                    "_mood",
-                    PgTypeKind::Array {
-                        element_oid: 50000,
-                        delimiter: b',',
-                    },
-                ),
-                50002 => t(
-                    "posint",
-                    PgTypeKind::Domain {
-                        base_oid: 23,
-                        base_typmod: -1,
-                    },
-                ),
-                50003 => t(
-                    "pair",
-                    PgTypeKind::Composite {
-                        attributes: vec![("a".into(), 23, -1), ("b".into(), 25, -1)],
-                    },
-                ),
-                _ => return None,
-            })
-        };
-        let m = map_type(50000, -1, &lookup);
-        assert_eq!(
-            m.ty,
-            ColumnType::Enum {
-                name: "mood".into(),
-                symbols: vec!["sad".into(), "happy".into()]
-            }
-        );
-        let m = map_type(50001, -1, &lookup);
-        assert_eq!(m.source_type, "mood[]");
-        let m = map_type(50002, -1, &lookup);
-        assert_eq!(
-            (m.ty, m.source_type.as_str()),
-            (ColumnType::Int32, "posint")
-        );
-        let m = map_type(50003, -1, &lookup);
-        assert_eq!(
-            m.ty,
-            ColumnType::Composite {
-                name: "pair".into()
-            }
-        );
-    }
-
+    use cdc_schemas::ColumnType;
     fn rel3(identity: ReplicaIdentity, flags: [bool; 3]) -> Relation {
         Relation {
             xid: None,

@@ -12,53 +12,22 @@
 //! process*, i.e. under the GUCs of this connection. The start-up packet therefore sets
 //! `options=-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601
 //! -c extra_float_digits=3 -c bytea_output=hex` and `client_encoding=UTF8`, and the value
-//! parser in [`super::values`] relies on exactly these formats:
+//! parser in [`super::decode::text`] relies on exactly these formats:
 //! `timestamptz` arrives as `2024-01-01 12:00:00+00`, floats in their shortest exact
 //! form, intervals as ISO 8601 durations with a sign per field (`P-1Y2M3DT-4H5M6.5S`),
 //! which is unambiguous and easy to parse exactly.
 //!
-//! # Feedback and backpressure
+//! The streaming itself (CopyBoth, feedback, backpressure, idle slot care) is the
+//! business of the task [`ReplicationConnection::start`] hands the socket to:
+//! [`super::stream_task`].
 //!
-//! The server kills a replication connection that has sent no status update for
-//! `wal_sender_timeout` (60 s by default). A client that only answers keepalives inside
-//! the consumer's read loop livelocks when the downstream is slow: the consumer waits for
-//! capacity, nobody reads the socket, no reply goes out, the server disconnects, the
-//! client reconnects and replays the same backlog into the same slow downstream.
-//!
-//! So [`ReplicationConnection::start`] hands the socket to a background task owned by
-//! the returned [`ReplicationStream`]. The task
-//! - sends a standby status update every `status_interval` (capped at a third of the
-//!   server's `wal_sender_timeout`, queried at start) and immediately when a keepalive
-//!   asks for a reply — on its own timer, whether or not the consumer is polling;
-//! - forwards XLogData to the consumer through a bounded channel (`buffer` messages).
-//!   When the channel is full it stops reading the socket: backpressure reaches the
-//!   server through TCP, and the walsender keeps processing our status updates while it
-//!   waits to send (it polls for replies in its write loop), so the connection survives
-//!   an arbitrarily slow consumer;
-//! - reads the flush position to report from a `watch::Receiver<Lsn>` the pipeline
-//!   publishes *durable* positions on. It never reports more than that, except for the
-//!   idle rule below, and never less than it reported before.
-//!
-//! # Idle slot care
-//!
-//! When nothing is in flight the slot should still advance, or a quiet database's slot
-//! (one whose changes are all filtered out, or none at all) holds WAL forever. The server's
-//! keepalive carries its WAL end: for a logical walsender, how far it has decoded and
-//! sent. Everything that committed before that point has already been sent to us. So if
-//! every transaction we forwarded is durable and none is open, confirming the keepalive's
-//! WAL end loses nothing: [`flush_lsn_to_send`].
-//!
-//! "In flight" is tracked by the task itself ([`InFlightTracker`]), in socket order,
-//! from the first bytes of each pgoutput message it forwards (Begin opens a transaction,
-//! Commit closes it and records its end LSN, Stream Start/Commit/Abort track streamed
-//! transactions…). Doing it in the consumer would race: a keepalive read by the task
-//! could be judged against a consumer state that has not yet seen messages still queued
-//! in the channel. Consequence for the pipeline: it must publish the end LSN of *every*
-//! transaction it has finished with, including ones it emitted nothing for; otherwise
-//! the slot only advances with the next published position (safe, but holds WAL).
+//! Invariants: a command that succeeds or fails with a server error has read the answer
+//! up to ReadyForQuery, so the connection is ready for the next one; server errors are
+//! classified here ([`ReplicationError`]: transient or not, with the operator's fix),
+//! for the commands and for the stream alike.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -66,25 +35,28 @@ use cdc_schemas::Lsn;
 use postgres_protocol::authentication::md5_hash;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
 use postgres_protocol::message::frontend;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::sync::{mpsc, watch, Notify};
-use tokio::task::JoinHandle;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
 
 use super::conn::{PgConnectError, PgConnectErrorKind, PgEndpoint};
-use super::protocol::{
-    parse_frame, pg_now_micros, Frame, PgServerError, ProtocolError, ReplicationMessage,
-    StandbyStatusUpdate, XLogData,
-};
+use super::protocol::{parse_frame, Frame, PgServerError, ProtocolError};
+use super::stream_task::StreamSetup;
 use crate::tls::{client_config, TlsMode};
 use crate::SourceError;
 
-/// The `options` start-up parameter: the output formats [`super::values`] parses.
+// The streaming task moved to `stream_task`; these paths stay for its users.
+pub use super::stream_task::{
+    flush_lsn_to_send, FeedbackHandle, FeedbackStatus, InFlightTracker, ReplicationStream,
+};
+
+/// The `options` start-up parameter: the output formats [`super::decode::text`] parses.
 pub const SESSION_OPTIONS: &str = "-c TimeZone=UTC -c DateStyle=ISO -c IntervalStyle=iso_8601 -c extra_float_digits=3 -c bytea_output=hex";
 
-trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
+pub(super) trait AsyncStream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> AsyncStream for T {}
 
-type Io = Box<dyn AsyncStream>;
+/// The connection's socket, plain or TLS.
+pub(super) type Io = Box<dyn AsyncStream>;
 
 /// A failure on the replication connection.
 #[derive(Debug, thiserror::Error)]
@@ -168,7 +140,7 @@ impl From<ReplicationError> for SourceError {
 }
 
 /// SQLSTATEs after which a retry can succeed.
-fn sqlstate_is_transient(code: &str) -> bool {
+pub(super) fn sqlstate_is_transient(code: &str) -> bool {
     code.starts_with("08") // connection exception
         || matches!(
             code,
@@ -183,7 +155,7 @@ fn sqlstate_is_transient(code: &str) -> bool {
 }
 
 /// What the operator can do about a server error on a replication command.
-fn fix_for(code: &str, user: &str) -> String {
+pub(super) fn fix_for(code: &str, user: &str) -> String {
     match code {
         "42704" => "the slot or publication does not exist: create it (the connector creates its slot on first start), or fix slot.name / publication names in the config".into(),
         "42710" => "a replication slot of that name already exists: reuse it, pick another slot name, or drop it with SELECT pg_drop_replication_slot('<name>')".into(),
@@ -345,104 +317,6 @@ pub fn quote_ident(s: &str) -> String {
 /// `'text'` with embedded quotes doubled.
 pub fn quote_literal(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
-}
-
-/// The flush position to report in a status update.
-///
-/// `durable` is what the pipeline has made durable; `in_flight` is true while any
-/// forwarded transaction is open or not yet durable; `last_server_wal_end` is the WAL end
-/// from the newest keepalive. When idle, the server's WAL end is confirmed so the slot
-/// advances on a quiet database (everything that committed before it has been sent, and
-/// all of that is durable); otherwise exactly the durable position.
-pub fn flush_lsn_to_send(durable: Lsn, in_flight: bool, last_server_wal_end: Lsn) -> Lsn {
-    if in_flight {
-        durable
-    } else {
-        durable.max(last_server_wal_end)
-    }
-}
-
-/// Tracks, in socket order, which forwarded pgoutput transactions are still open and the
-/// highest end LSN of those completed, from each message's leading bytes.
-#[derive(Clone, Debug, Default)]
-pub struct InFlightTracker {
-    open_tx: bool,
-    in_stream: bool,
-    open_streams: HashSet<u32>,
-    /// Highest end LSN of a forwarded, completed transaction (or non-transactional
-    /// message): the durable position must reach it before the slot is idle.
-    needed: Lsn,
-}
-
-impl InFlightTracker {
-    /// Observes one pgoutput message (an XLogData payload) about to be forwarded.
-    pub fn observe(&mut self, msg: &[u8]) {
-        let u32_at = |at: usize| -> Option<u32> {
-            msg.get(at..at + 4)
-                .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-        };
-        let lsn_at = |at: usize| -> Option<Lsn> {
-            msg.get(at..at + 8).map(|b| {
-                let mut a = [0u8; 8];
-                a.copy_from_slice(b);
-                Lsn(u64::from_be_bytes(a))
-            })
-        };
-        let mut done = |end: Option<Lsn>| {
-            if let Some(end) = end {
-                self.needed = self.needed.max(end);
-            }
-        };
-        match msg.first() {
-            Some(b'B') | Some(b'b') => self.open_tx = true,
-            // Commit / Prepare / Commit Prepared: flags, lsn, end lsn…
-            Some(b'C') | Some(b'P') | Some(b'K') => {
-                self.open_tx = false;
-                done(lsn_at(10));
-            }
-            // Rollback Prepared: flags, prepare end lsn, rollback end lsn…
-            Some(b'r') => done(lsn_at(10)),
-            Some(b'S') => {
-                self.in_stream = true;
-                if let Some(xid) = u32_at(1) {
-                    self.open_streams.insert(xid);
-                }
-            }
-            Some(b'E') => self.in_stream = false,
-            // Stream Commit: xid, flags, commit lsn, end lsn…
-            Some(b'c') => {
-                if let Some(xid) = u32_at(1) {
-                    self.open_streams.remove(&xid);
-                }
-                done(lsn_at(14));
-            }
-            // Stream Abort: xid, subxid (equal for the top-level transaction).
-            Some(b'A') => {
-                if let (Some(xid), Some(sub)) = (u32_at(1), u32_at(5)) {
-                    if xid == sub {
-                        self.open_streams.remove(&xid);
-                    }
-                }
-            }
-            // Stream Prepare: flags, prepare lsn, end lsn, ts, xid…
-            Some(b'p') => {
-                if let Some(xid) = u32_at(26) {
-                    self.open_streams.remove(&xid);
-                }
-                done(lsn_at(10));
-            }
-            // A non-transactional logical message outside any transaction.
-            Some(b'M') if !self.open_tx && !self.in_stream && msg.get(1) == Some(&0) => {
-                done(lsn_at(2));
-            }
-            _ => {}
-        }
-    }
-
-    /// True while a forwarded transaction is open or its end is not yet durable.
-    pub fn in_flight(&self, durable: Lsn) -> bool {
-        self.open_tx || !self.open_streams.is_empty() || durable < self.needed
-    }
 }
 
 /// A connection in replication mode (`replication=database`), ready for commands.
@@ -1040,7 +914,7 @@ impl ReplicationConnection {
     }
 
     /// `START_REPLICATION SLOT slot LOGICAL start_lsn (…)`: switches to CopyBoth and hands
-    /// the connection to a background task (see the module doc). `durable` carries the
+    /// the connection to a background task (see [`super::stream_task`]). `durable` carries the
     /// position the pipeline has made durable; only it (or, when idle, the server's WAL
     /// end) is ever confirmed. `start_lsn` is also the lowest position confirmed.
     ///
@@ -1136,41 +1010,18 @@ impl ReplicationConnection {
             "replication stream started"
         );
 
-        let shared = Arc::new(Shared {
-            status: Mutex::new(FeedbackStatus::default()),
-            send_now: Notify::new(),
-        });
-        let (tx, rx) = mpsc::channel(opts.buffer.max(1));
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let (reader, writer) = tokio::io::split(self.io);
-        let task = StreamTask {
-            reader,
-            writer,
+        Ok(ReplicationStream::spawn(StreamSetup {
+            io: self.io,
             rbuf: self.rbuf,
             wbuf: self.wbuf,
             addr: self.endpoint.address(),
-            tx,
             durable,
-            stop: stop_rx,
-            shared: shared.clone(),
             interval,
-            tracker: InFlightTracker::default(),
-            floor: start_lsn,
-            last_flush: Lsn::ZERO,
-            received: start_lsn,
-            last_server_wal_end: Lsn::ZERO,
-            pending: None,
-        };
-        let handle = tokio::spawn(task.run());
-        Ok(ReplicationStream {
-            rx,
-            shared,
-            stop: stop_tx,
-            task: Some(handle),
+            start_lsn,
+            buffer: opts.buffer,
             proto_version: proto,
             server_version_num: self.server_version_num,
-            status_interval: interval,
-        })
+        }))
     }
 
     /// Ends the session politely (Terminate).
@@ -1203,7 +1054,8 @@ fn command_name(sql: &str) -> String {
     format!("running {first}")
 }
 
-fn log_notice(body: &[u8]) {
+/// Logs a NoticeResponse.
+pub(super) fn log_notice(body: &[u8]) {
     let n = PgServerError::parse(body);
     tracing::info!(severity = %n.severity, code = %n.code, "postgres notice: {}", n.message);
 }
@@ -1256,424 +1108,9 @@ fn parse_data_row(b: &[u8]) -> Result<Vec<Option<String>>, ProtocolError> {
     Ok(vals)
 }
 
-/// What the feedback task has seen and sent, for monitoring and tests.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FeedbackStatus {
-    /// WAL end from the newest keepalive.
-    pub last_server_wal_end: Lsn,
-    /// Highest WAL position received in XLogData.
-    pub received: Lsn,
-    /// The last status update sent.
-    pub last_sent: Option<StandbyStatusUpdate>,
-    pub updates_sent: u64,
-    pub keepalives: u64,
-    /// Whether a forwarded transaction was open or not yet durable at the last update.
-    pub in_flight: bool,
-}
-
-struct Shared {
-    status: Mutex<FeedbackStatus>,
-    send_now: Notify,
-}
-
-/// A cheap handle on a stream's feedback: status for monitoring, and a way to push an
-/// update out now (e.g. right after a durable position was published at shutdown).
-#[derive(Clone)]
-pub struct FeedbackHandle {
-    shared: Arc<Shared>,
-}
-
-impl FeedbackHandle {
-    pub fn status(&self) -> FeedbackStatus {
-        self.shared
-            .status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// The WAL end from the newest keepalive.
-    pub fn last_server_wal_end(&self) -> Lsn {
-        self.status().last_server_wal_end
-    }
-
-    /// Asks the task to send a status update now.
-    pub fn send_now(&self) {
-        self.shared.send_now.notify_one();
-    }
-}
-
-/// A running logical replication stream. Messages arrive through
-/// [`ReplicationStream::next_message`]; feedback is sent by a background task whether or
-/// not the consumer polls (see the module doc).
-pub struct ReplicationStream {
-    rx: mpsc::Receiver<Result<XLogData, ReplicationError>>,
-    shared: Arc<Shared>,
-    stop: watch::Sender<bool>,
-    task: Option<JoinHandle<()>>,
-    proto_version: u32,
-    server_version_num: u32,
-    status_interval: Duration,
-}
-
-impl ReplicationStream {
-    /// The next XLogData (one pgoutput message); `Ok(None)` when the server ended the
-    /// stream. After an error the stream is finished.
-    pub async fn next_message(&mut self) -> Result<Option<XLogData>, ReplicationError> {
-        match self.rx.recv().await {
-            Some(Ok(m)) => Ok(Some(m)),
-            Some(Err(e)) => Err(e),
-            None => Ok(None),
-        }
-    }
-
-    pub fn feedback(&self) -> FeedbackHandle {
-        FeedbackHandle {
-            shared: self.shared.clone(),
-        }
-    }
-
-    /// The pgoutput protocol version in use.
-    pub fn proto_version(&self) -> u32 {
-        self.proto_version
-    }
-
-    pub fn server_version_num(&self) -> u32 {
-        self.server_version_num
-    }
-
-    /// The effective status update interval.
-    pub fn status_interval(&self) -> Duration {
-        self.status_interval
-    }
-
-    /// Sends a last status update (with the current durable position), ends the COPY and
-    /// closes the connection. Waits at most 10 s for the server.
-    pub async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
-        }
-    }
-}
-
-impl Drop for ReplicationStream {
-    fn drop(&mut self) {
-        // The task notices the closed channel, sends a last update and exits.
-        let _ = self.stop.send(true);
-    }
-}
-
-struct StreamTask {
-    reader: ReadHalf<Io>,
-    writer: WriteHalf<Io>,
-    rbuf: BytesMut,
-    wbuf: BytesMut,
-    addr: String,
-    tx: mpsc::Sender<Result<XLogData, ReplicationError>>,
-    durable: watch::Receiver<Lsn>,
-    stop: watch::Receiver<bool>,
-    shared: Arc<Shared>,
-    interval: Duration,
-    tracker: InFlightTracker,
-    floor: Lsn,
-    last_flush: Lsn,
-    received: Lsn,
-    last_server_wal_end: Lsn,
-    /// A message the consumer has no room for yet.
-    pending: Option<XLogData>,
-}
-
-enum Wake {
-    Stop,
-    Feedback,
-    Delivered,
-    Read(std::io::Result<usize>),
-}
-
-enum Step {
-    Continue,
-    /// The server ended the COPY.
-    ServerDone,
-}
-
-impl StreamTask {
-    fn lost(&self, detail: impl std::fmt::Display) -> ReplicationError {
-        ReplicationError::ConnectionLost {
-            what: "streaming changes".into(),
-            addr: self.addr.clone(),
-            detail: detail.to_string(),
-        }
-    }
-
-    fn protocol(&self, detail: impl std::fmt::Display) -> ReplicationError {
-        ReplicationError::Protocol {
-            what: "streaming changes".into(),
-            addr: self.addr.clone(),
-            detail: detail.to_string(),
-        }
-    }
-
-    async fn run(mut self) {
-        match self.run_inner().await {
-            Ok(()) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "replication stream ended");
-                // Deliver the error unless the consumer is gone.
-                let _ = self.tx.send(Err(e)).await;
-            }
-        }
-    }
-
-    async fn run_inner(&mut self) -> Result<(), ReplicationError> {
-        let mut ticker = tokio::time::interval(self.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let shared = self.shared.clone();
-        loop {
-            // Handle what is already buffered, as long as the consumer takes it.
-            while self.pending.is_none() {
-                match parse_frame(&mut self.rbuf).map_err(|e| self.protocol(e))? {
-                    Some(frame) => {
-                        if let Step::ServerDone = self.handle_frame(frame).await? {
-                            return self.finish_after_server_done().await;
-                        }
-                    }
-                    None => break,
-                }
-            }
-            let wake = tokio::select! {
-                // Biased, in this order: stopping first (the consumer asked, or is gone);
-                // then feedback, so no amount of incoming data or consumer slowness can
-                // delay a status update (the wal_sender_timeout livelock); then handing a
-                // message to the consumer; reading the socket last and only when nothing
-                // is pending — that is the backpressure.
-                biased;
-                _ = self.stop.changed() => Wake::Stop,
-                _ = self.tx.closed() => Wake::Stop,
-                _ = ticker.tick() => Wake::Feedback,
-                _ = shared.send_now.notified() => Wake::Feedback,
-                permit = self.tx.reserve(), if self.pending.is_some() => match permit {
-                    Ok(p) => {
-                        if let Some(m) = self.pending.take() {
-                            p.send(Ok(m));
-                        }
-                        Wake::Delivered
-                    }
-                    Err(_) => Wake::Stop,
-                },
-                n = self.reader.read_buf(&mut self.rbuf), if self.pending.is_none() => Wake::Read(n),
-            };
-            match wake {
-                Wake::Stop => return self.shutdown().await,
-                Wake::Feedback => self.send_status(false).await?,
-                Wake::Delivered => {}
-                Wake::Read(n) => {
-                    let n = n.map_err(|e| self.lost(e))?;
-                    if n == 0 {
-                        return Err(self.lost("the server closed the connection"));
-                    }
-                }
-            }
-        }
-    }
-
-    async fn handle_frame(&mut self, frame: Frame) -> Result<Step, ReplicationError> {
-        match frame.tag {
-            b'd' => match ReplicationMessage::parse(frame.body).map_err(|e| self.protocol(e))? {
-                ReplicationMessage::XLogData(x) => {
-                    self.tracker.observe(&x.data);
-                    self.received = self.received.max(x.wal_start);
-                    match self.tx.try_send(Ok(x)) {
-                        Ok(()) => {}
-                        Err(mpsc::error::TrySendError::Full(Ok(x))) => self.pending = Some(x),
-                        Err(_) => {} // consumer gone; the select loop notices
-                    }
-                }
-                ReplicationMessage::Keepalive(k) => {
-                    self.last_server_wal_end = self.last_server_wal_end.max(k.wal_end);
-                    {
-                        let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
-                        s.keepalives += 1;
-                        s.last_server_wal_end = self.last_server_wal_end;
-                    }
-                    if k.reply_requested {
-                        self.send_status(false).await?;
-                    }
-                }
-            },
-            b'c' => return Ok(Step::ServerDone),
-            b'E' => {
-                let e = PgServerError::parse(&frame.body);
-                return Err(ReplicationError::Server {
-                    what: "streaming changes".into(),
-                    fix: fix_for(&e.code, ""),
-                    transient: sqlstate_is_transient(&e.code),
-                    error: Box::new(e),
-                });
-            }
-            b'N' => log_notice(&frame.body),
-            b'S' => {}
-            other => return Err(self.protocol(format!("unexpected message {:?}", other as char))),
-        }
-        Ok(Step::Continue)
-    }
-
-    fn next_update(&mut self) -> StandbyStatusUpdate {
-        let durable = *self.durable.borrow();
-        let in_flight = self.tracker.in_flight(durable);
-        let flush = flush_lsn_to_send(durable, in_flight, self.last_server_wal_end)
-            .max(self.floor)
-            .max(self.last_flush);
-        self.last_flush = flush;
-        let u = StandbyStatusUpdate {
-            write: self.received.max(flush),
-            flush,
-            apply: flush,
-            client_time: pg_now_micros(),
-            reply_requested: false,
-        };
-        let mut s = self.shared.status.lock().unwrap_or_else(|p| p.into_inner());
-        s.last_sent = Some(u);
-        s.updates_sent += 1;
-        s.in_flight = in_flight;
-        s.received = self.received;
-        u
-    }
-
-    async fn send_status(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
-        let mut u = self.next_update();
-        u.reply_requested = reply_requested;
-        u.encode(&mut self.wbuf);
-        self.write_out().await
-    }
-
-    async fn write_out(&mut self) -> Result<(), ReplicationError> {
-        let buf = self.wbuf.split();
-        let r = async {
-            self.writer.write_all(&buf).await?;
-            self.writer.flush().await
-        }
-        .await;
-        r.map_err(|e| self.lost(e))
-    }
-
-    /// Consumer-initiated end: last update, CopyDone, wait for the server's CopyDone /
-    /// ReadyForQuery (bounded), Terminate.
-    async fn shutdown(&mut self) -> Result<(), ReplicationError> {
-        self.send_status(false).await?;
-        frontend::copy_done(&mut self.wbuf);
-        self.write_out().await?;
-        let drain = async {
-            loop {
-                while let Some(f) = parse_frame(&mut self.rbuf).map_err(|e| self.protocol(e))? {
-                    if f.tag == b'Z' {
-                        return Ok::<(), ReplicationError>(());
-                    }
-                    if f.tag == b'E' {
-                        tracing::debug!(error = %PgServerError::parse(&f.body), "error while ending replication");
-                    }
-                }
-                let n = self
-                    .reader
-                    .read_buf(&mut self.rbuf)
-                    .await
-                    .map_err(|e| self.lost(e))?;
-                if n == 0 {
-                    return Ok(());
-                }
-            }
-        };
-        let _ = tokio::time::timeout(Duration::from_secs(5), drain).await;
-        frontend::terminate(&mut self.wbuf);
-        let _ = self.write_out().await;
-        let _ = self.writer.shutdown().await;
-        Ok(())
-    }
-
-    /// The server ended the COPY (e.g. it is shutting down): answer CopyDone, report the
-    /// end to the consumer as a lost connection so it reconnects.
-    async fn finish_after_server_done(&mut self) -> Result<(), ReplicationError> {
-        let _ = self.send_status(false).await;
-        frontend::copy_done(&mut self.wbuf);
-        let _ = self.write_out().await;
-        Err(self.lost("the server ended the replication stream"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn flush_rule() {
-        // In flight: exactly the durable position, whatever the server says.
-        assert_eq!(flush_lsn_to_send(Lsn(100), true, Lsn(500)), Lsn(100));
-        // Idle: the server's WAL end moves the slot.
-        assert_eq!(flush_lsn_to_send(Lsn(100), false, Lsn(500)), Lsn(500));
-        // Idle, but no keepalive yet (or an older one): the durable position.
-        assert_eq!(flush_lsn_to_send(Lsn(100), false, Lsn(0)), Lsn(100));
-        assert_eq!(flush_lsn_to_send(Lsn(100), false, Lsn(50)), Lsn(100));
-    }
-
-    fn commit(end: u64) -> Vec<u8> {
-        let mut m = vec![b'C', 0];
-        m.extend_from_slice(&(end - 8).to_be_bytes());
-        m.extend_from_slice(&end.to_be_bytes());
-        m.extend_from_slice(&0i64.to_be_bytes());
-        m
-    }
-
-    #[test]
-    fn tracker_follows_transactions() {
-        let mut t = InFlightTracker::default();
-        assert!(!t.in_flight(Lsn(0)));
-        t.observe(b"B........");
-        assert!(t.in_flight(Lsn(1000)));
-        t.observe(&commit(200));
-        assert!(t.in_flight(Lsn(199)), "commit forwarded but not durable");
-        assert!(!t.in_flight(Lsn(200)));
-        // Streamed transaction 7: open from Stream Start until Stream Commit.
-        let mut s = vec![b'S'];
-        s.extend_from_slice(&7u32.to_be_bytes());
-        s.push(1);
-        t.observe(&s);
-        t.observe(b"E");
-        assert!(t.in_flight(Lsn(200)));
-        // A subtransaction abort leaves it open; the top-level abort closes it.
-        let mut a = vec![b'A'];
-        a.extend_from_slice(&7u32.to_be_bytes());
-        a.extend_from_slice(&8u32.to_be_bytes());
-        t.observe(&a);
-        assert!(t.in_flight(Lsn(200)));
-        let mut a = vec![b'A'];
-        a.extend_from_slice(&7u32.to_be_bytes());
-        a.extend_from_slice(&7u32.to_be_bytes());
-        t.observe(&a);
-        assert!(!t.in_flight(Lsn(200)));
-        // Stream commit records its end.
-        t.observe(&s);
-        t.observe(b"E");
-        let mut c = vec![b'c'];
-        c.extend_from_slice(&7u32.to_be_bytes());
-        c.push(0);
-        c.extend_from_slice(&290u64.to_be_bytes());
-        c.extend_from_slice(&300u64.to_be_bytes());
-        c.extend_from_slice(&0i64.to_be_bytes());
-        t.observe(&c);
-        assert!(t.in_flight(Lsn(299)));
-        assert!(!t.in_flight(Lsn(300)));
-        // A non-transactional message needs its own LSN durable.
-        let mut m = vec![b'M', 0];
-        m.extend_from_slice(&400u64.to_be_bytes());
-        m.extend_from_slice(b"p\0\0\0\0\0");
-        t.observe(&m);
-        assert!(t.in_flight(Lsn(300)));
-        assert!(!t.in_flight(Lsn(400)));
-        // Garbage does not panic.
-        for g in [&b""[..], b"C", b"c\0", b"A\0\0", b"p", b"M"] {
-            t.observe(g);
-        }
-    }
 
     #[test]
     fn versions_and_gucs() {

@@ -1,6 +1,10 @@
 //! The initial snapshot: every captured table read as of the replication slot's exported
 //! snapshot, in parallel chunks, as `op = r` events.
 //!
+//! This module owns the driver (describing the tables, planning chunks, the readers) and
+//! the order and markers of the records it sends; the rows are parsed by
+//! [`super::decode::copy`] and progress is counted in [`super::snapshot_progress`].
+//!
 //! Consistency with the slot: the slot is created with `EXPORT_SNAPSHOT` on the replication
 //! connection, which then stays open and idle until every reader has imported the snapshot
 //! (`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT '…'`).
@@ -13,16 +17,16 @@
 //! `COPY (SELECT … WHERE ctid >= '(lo,0)' AND ctid < '(hi,0)') TO STDOUT`. Postgres 14+
 //! runs these as TID range scans; older versions scan the table per chunk (correct, slower).
 //!
-//! Format: a table whose columns are all built-in scalar types with a [`BinKind`] (bool,
-//! integers, floats, numeric, text/varchar/bpchar/name, bytea, date/time types, interval,
-//! uuid, json/jsonb, bit/varbit) is read with `(FORMAT binary)`: no text formatting on the
-//! server and no text parsing here (BENCHMARKS.md, "Postgres source", has the CPU
-//! figures); the decoders give exactly the [`Value`]s the text
-//! parser gives (`tests/tests/pg_snapshot_copy.rs`). Any other table (arrays, enums,
-//! domains, composites, network and other text-like types) is read in text format and
-//! parsed with the same value parsers as pgoutput's text tuples (the readers set the
+//! Format: a table whose columns are all built-in scalar types with a [`BinKind`] (the
+//! type table's `binary` column, [`binary_plan`]) is read with `(FORMAT binary)`: no text
+//! formatting on the server and no text parsing here (BENCHMARKS.md, "Postgres source",
+//! has the CPU figures); the decoders give exactly the [`Value`](cdc_schemas::Value)s
+//! the text parser gives (`tests/tests/pg_snapshot_copy.rs`). Any other table (arrays,
+//! enums, domains, composites, network and other text-like types) is read in text format
+//! and parsed with the same value parsers as pgoutput's text tuples (the readers set the
 //! walsender's session GUCs, so the output functions print the same text). Both go
-//! through a [`CopyDecoder`], which also handles rows split across CopyData messages.
+//! through a [`CopyDecoder`] ([`super::decode::copy`]), which also handles rows split
+//! across CopyData messages.
 //!
 //! The table's schema is derived by building the Relation message pgoutput would send
 //! (columns in attnum order, generated columns left out, key = replica identity columns) and
@@ -52,19 +56,13 @@
 //!
 //! # Progress
 //!
-//! A [`SnapshotProgress`] counts rows read, tables done and the row estimate (the sum of
-//! `pg_class.reltuples`). The connector puts one in scope with [`with_progress`] around the
-//! source and renders it (progress bar on a terminal, log lines and metrics otherwise);
-//! without one in scope the snapshot logs an info line every few seconds itself.
+//! The readers count rows and tables in the [`SnapshotProgress`] in scope
+//! ([`super::snapshot_progress`], which owns the counters and their reporting).
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cdc_schemas::{
-    ChangeEvent, Decimal, Lsn, PgPosition, Row, SnapshotMarker, SourcePosition, TableId, Value,
-};
+use cdc_schemas::{ChangeEvent, Lsn, PgPosition, Row, SnapshotMarker, SourcePosition, TableId};
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
@@ -74,14 +72,17 @@ use super::relation::{
     load_table_catalog, load_types, RelationCache, RelationInfo, StaticTypeResolver,
 };
 use super::replication::{quote_ident, quote_literal};
-use super::values::{parse_value, ValueKind};
+use super::snapshot_progress;
 use crate::{ChangeBatch, SourceError};
+
+// COPY parsing moved to `decode`; these paths stay for the snapshot's users.
+pub use super::decode::copy::{binary_plan, parse_copy_line, unescape_copy, CopyDecoder};
+pub use super::decode::{decode_binary, BinKind};
+// Progress reporting moved to `snapshot_progress`; these paths stay for the connector.
+pub use super::snapshot_progress::{log_progress, with_progress, ProgressView, SnapshotProgress};
 
 /// The session settings pgoutput's walsender uses ([`super::replication::SESSION_OPTIONS`]).
 pub const SESSION_SETTINGS: &str = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 3; SET bytea_output = 'hex'; SET client_encoding = 'UTF8'";
-
-/// How often the snapshot logs its progress when no reporter is attached.
-const LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// What the snapshot needs.
 pub struct SnapshotParams {
@@ -93,113 +94,6 @@ pub struct SnapshotParams {
     pub batch_events: usize,
     /// The slot's consistent point: the position of every snapshot record.
     pub consistent_point: Lsn,
-}
-
-/// Progress of the (current or last) snapshot, shared between the readers and whoever
-/// reports it. All counters are cumulative for one snapshot; a new snapshot resets them.
-#[derive(Debug, Default)]
-pub struct SnapshotProgress {
-    running: AtomicBool,
-    reporter: AtomicBool,
-    rows: AtomicU64,
-    estimated_rows: AtomicU64,
-    tables: AtomicU64,
-    tables_done: AtomicU64,
-    times: Mutex<(Option<Instant>, Option<Instant>)>,
-}
-
-/// A consistent-enough reading of [`SnapshotProgress`].
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ProgressView {
-    /// A snapshot is running now.
-    pub running: bool,
-    /// A snapshot ran (or runs) in this process.
-    pub started: bool,
-    pub rows: u64,
-    /// Sum of `pg_class.reltuples` of the tables (0 when the server has no statistics).
-    pub estimated_rows: u64,
-    pub tables: u64,
-    pub tables_done: u64,
-    pub elapsed: Duration,
-}
-
-impl ProgressView {
-    pub fn rows_per_sec(&self) -> f64 {
-        let s = self.elapsed.as_secs_f64();
-        if s > 0.0 {
-            self.rows as f64 / s
-        } else {
-            0.0
-        }
-    }
-
-    /// Time left at the average rate so far; `None` without an estimate or a rate, or
-    /// once more rows than estimated were read (the estimate was low: unknown).
-    pub fn eta(&self) -> Option<Duration> {
-        let rate = self.rows_per_sec();
-        if !self.running || self.rows >= self.estimated_rows || rate <= 0.0 {
-            return None;
-        }
-        let left = self.estimated_rows.saturating_sub(self.rows) as f64;
-        Some(Duration::from_secs_f64(left / rate))
-    }
-
-    /// Rows read as a fraction of the estimate (capped at 1), when there is one.
-    pub fn fraction(&self) -> Option<f64> {
-        (self.estimated_rows > 0).then(|| (self.rows as f64 / self.estimated_rows as f64).min(1.0))
-    }
-}
-
-impl SnapshotProgress {
-    pub fn new() -> Arc<Self> {
-        Arc::default()
-    }
-
-    /// Someone renders this progress: the snapshot then does not log it periodically.
-    pub fn attach_reporter(&self) {
-        self.reporter.store(true, Ordering::Relaxed);
-    }
-
-    pub fn view(&self) -> ProgressView {
-        let (start, end) = *self.times.lock().unwrap_or_else(|e| e.into_inner());
-        let elapsed = match (start, end) {
-            (Some(s), Some(e)) => e.duration_since(s),
-            (Some(s), None) => s.elapsed(),
-            _ => Duration::ZERO,
-        };
-        ProgressView {
-            running: self.running.load(Ordering::Relaxed),
-            started: start.is_some(),
-            rows: self.rows.load(Ordering::Relaxed),
-            estimated_rows: self.estimated_rows.load(Ordering::Relaxed),
-            tables: self.tables.load(Ordering::Relaxed),
-            tables_done: self.tables_done.load(Ordering::Relaxed),
-            elapsed,
-        }
-    }
-
-    fn begin(&self, tables: u64, estimated_rows: u64) {
-        *self.times.lock().unwrap_or_else(|e| e.into_inner()) = (Some(Instant::now()), None);
-        self.rows.store(0, Ordering::Relaxed);
-        self.tables_done.store(0, Ordering::Relaxed);
-        self.tables.store(tables, Ordering::Relaxed);
-        self.estimated_rows.store(estimated_rows, Ordering::Relaxed);
-        self.running.store(true, Ordering::Relaxed);
-    }
-
-    fn end(&self) {
-        self.times.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(Instant::now());
-        self.running.store(false, Ordering::Relaxed);
-    }
-}
-
-tokio::task_local! {
-    static PROGRESS: Arc<SnapshotProgress>;
-}
-
-/// Runs `f` (a source) with `progress` as the progress of any snapshot it takes.
-pub async fn with_progress<F: Future>(progress: Arc<SnapshotProgress>, f: F) -> F::Output {
-    PROGRESS.scope(progress, f).await
 }
 
 struct Chunk {
@@ -302,518 +196,13 @@ pub async fn describe_table(
     Ok(cache.apply_relation_with(&rel, cat.as_ref()))
 }
 
-/// Undoes COPY text escaping of one field.
-pub fn unescape_copy(field: &[u8], out: &mut Vec<u8>) {
-    out.clear();
-    let mut i = 0;
-    while i < field.len() {
-        // Copy the run up to the next backslash in one go.
-        let run = field[i..]
-            .iter()
-            .position(|b| *b == b'\\')
-            .unwrap_or(field.len() - i);
-        out.extend_from_slice(&field[i..i + run]);
-        i += run;
-        if i >= field.len() {
-            break;
-        }
-        if i + 1 == field.len() {
-            out.push(b'\\');
-            break;
-        }
-        let c = field[i + 1];
-        i += 2;
-        match c {
-            b'b' => out.push(8),
-            b'f' => out.push(12),
-            b'n' => out.push(b'\n'),
-            b'r' => out.push(b'\r'),
-            b't' => out.push(b'\t'),
-            b'v' => out.push(11),
-            b'0'..=b'7' => {
-                let mut v = (c - b'0') as u32;
-                let mut n = 1;
-                while n < 3 && i < field.len() && (b'0'..=b'7').contains(&field[i]) {
-                    v = v * 8 + (field[i] - b'0') as u32;
-                    i += 1;
-                    n += 1;
-                }
-                out.push(v as u8);
-            }
-            b'x' => {
-                let mut v = 0u32;
-                let mut n = 0;
-                while n < 2 && i < field.len() && field[i].is_ascii_hexdigit() {
-                    v = v * 16 + (field[i] as char).to_digit(16).unwrap_or(0);
-                    i += 1;
-                    n += 1;
-                }
-                out.push(v as u8);
-            }
-            other => out.push(other),
-        }
-    }
-}
-
-/// Parses one COPY text line into a row of `rel`.
-pub fn parse_copy_line(rel: &RelationInfo, line: &[u8], buf: &mut Vec<u8>) -> Result<Row, String> {
-    let mut values = Vec::with_capacity(rel.columns.len());
-    let mut rest = line;
-    for (i, c) in rel.columns.iter().enumerate() {
-        if i > 0 {
-            if rest.is_empty() {
-                return Err(format!(
-                    "COPY line has fewer fields than {} columns",
-                    rel.columns.len()
-                ));
-            }
-            rest = &rest[1..];
-        }
-        let end = rest.iter().position(|b| *b == b'\t').unwrap_or(rest.len());
-        let f = &rest[..end];
-        rest = &rest[end..];
-        if f == b"\\N" {
-            values.push(Value::Null);
-            continue;
-        }
-        // Most fields have nothing escaped: parse them in place.
-        let text = if f.contains(&b'\\') {
-            unescape_copy(f, buf);
-            buf.as_slice()
-        } else {
-            f
-        };
-        values.push(parse_value(&c.kind, text).map_err(|e| format!("column {}: {e}", c.name))?);
-    }
-    Ok(Row::new(values))
-}
-
-/// How a column is read from `COPY … (FORMAT binary)`: the built-in scalar types whose
-/// binary form is simple and whose [`Value`] it gives is exactly what the text parser
-/// gives for the text form (`tests/tests/pg_snapshot_copy.rs` compares both).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinKind {
-    Bool,
-    Int2,
-    Int4,
-    Int8,
-    Float4,
-    Float8,
-    Numeric,
-    /// text, varchar, bpchar, name: the bytes (client_encoding UTF8).
-    Text,
-    Bytea,
-    Date,
-    Time,
-    TimeTz,
-    Timestamp,
-    TimestampTz,
-    Interval,
-    Uuid,
-    Json,
-    /// A version byte (1), then the text.
-    Jsonb,
-    Bits,
-}
-
-/// The binary decoders for `rel`'s columns when every column has one; `None` otherwise
-/// (the table is then read in text format: arrays, enums, domains, composites, network
-/// and other text-like types).
-pub fn binary_plan(rel: &RelationInfo) -> Option<Vec<BinKind>> {
-    use BinKind as B;
-    use ValueKind as K;
-    rel.columns
-        .iter()
-        .map(|c| {
-            let (b, k) = match c.type_oid {
-                16 => (B::Bool, K::Bool),
-                17 => (B::Bytea, K::Bytea),
-                19 | 25 | 1042 | 1043 => (B::Text, K::Text),
-                20 => (B::Int8, K::Int64),
-                21 => (B::Int2, K::Int16),
-                23 => (B::Int4, K::Int32),
-                114 => (B::Json, K::Json),
-                700 => (B::Float4, K::Float32),
-                701 => (B::Float8, K::Float64),
-                1082 => (B::Date, K::Date),
-                1083 => (B::Time, K::Time),
-                1114 => (B::Timestamp, K::Timestamp),
-                1184 => (B::TimestampTz, K::TimestampTz),
-                1186 => (B::Interval, K::Interval),
-                1266 => (B::TimeTz, K::TimeTz),
-                1560 | 1562 => (B::Bits, K::Bits),
-                1700 => (B::Numeric, K::Numeric),
-                2950 => (B::Uuid, K::Uuid),
-                3802 => (B::Jsonb, K::Json),
-                _ => return None,
-            };
-            (c.kind == k).then_some(b)
-        })
-        .collect()
-}
-
-/// Days from 1970-01-01 to 2000-01-01 (Postgres' epoch).
-const PG_EPOCH_DAYS: i32 = 10_957;
-/// Microseconds from 1970-01-01 to 2000-01-01.
-const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
-
-fn be<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], String> {
-    b.get(at..at + N)
-        .and_then(|s| s.try_into().ok())
-        .ok_or_else(|| format!("binary value of {} bytes is too short", b.len()))
-}
-
-/// Postgres' binary `numeric` (base-10000 digits) as a [`Decimal`] with the value's
-/// display scale, as the text form `numeric_out` prints would parse.
-fn decode_numeric(b: &[u8]) -> Result<Decimal, String> {
-    let ndigits = u16::from_be_bytes(be(b, 0)?) as usize;
-    let weight = i16::from_be_bytes(be(b, 2)?) as i64;
-    let sign = u16::from_be_bytes(be(b, 4)?);
-    let dscale = u16::from_be_bytes(be(b, 6)?) as i64;
-    match sign {
-        0x0000 | 0x4000 => {}
-        0xC000 => return Ok(Decimal::NaN),
-        0xD000 => return Ok(Decimal::PosInfinity),
-        0xF000 => return Ok(Decimal::NegInfinity),
-        s => return Err(format!("numeric with sign word {s:#x}")),
-    }
-    if b.len() != 8 + 2 * ndigits {
-        return Err("numeric length does not match its digit count".into());
-    }
-    let digits = (0..ndigits).map(|i| u16::from_be_bytes([b[8 + 2 * i], b[9 + 2 * i]]));
-    // value = N × 10^e with N the digits as one integer, so unscaled = N × 10^(e + dscale).
-    let shift = 4 * (weight - ndigits as i64 + 1) + dscale;
-    // Fast path: everything in an i128.
-    let fast = (|| -> Option<i128> {
-        let mut n: i128 = 0;
-        for d in digits.clone() {
-            n = n.checked_mul(10_000)?.checked_add(d as i128)?;
-        }
-        if shift >= 0 {
-            n.checked_mul(10i128.checked_pow(u32::try_from(shift).ok()?)?)
-        } else {
-            let p = 10i128.checked_pow(u32::try_from(-shift).ok()?)?;
-            (n % p == 0).then_some(n / p)
-        }
-    })();
-    let scale = u32::try_from(dscale).map_err(|e| e.to_string())?;
-    if let Some(n) = fast {
-        let n = if sign == 0x4000 { -n } else { n };
-        return Ok(Decimal::new(n.into(), scale));
-    }
-    // Large values: the decimal digits as text (what numeric_out prints).
-    let mut s = String::with_capacity(4 * ndigits + 8);
-    for d in digits {
-        s.push_str(&format!("{d:04}"));
-    }
-    if shift >= 0 {
-        s.extend(std::iter::repeat_n('0', shift as usize));
-    } else {
-        let cut = (-shift) as usize;
-        if cut > s.len() || s[s.len() - cut..].bytes().any(|c| c != b'0') {
-            // Digits past the display scale: not a value numeric_send produces.
-            return Err("numeric digits beyond its display scale".into());
-        }
-        s.truncate(s.len() - cut);
-    }
-    let s = s.trim_start_matches('0');
-    let mut text = String::with_capacity(s.len() + 3);
-    if sign == 0x4000 {
-        text.push('-');
-    }
-    let scale = scale as usize;
-    if s.len() > scale {
-        text.push_str(&s[..s.len() - scale]);
-    } else {
-        text.push('0');
-    }
-    if scale > 0 {
-        text.push('.');
-        text.extend(std::iter::repeat_n('0', scale.saturating_sub(s.len())));
-        text.push_str(&s[s.len().saturating_sub(scale)..]);
-    }
-    text.parse::<Decimal>().map_err(|e| e.to_string())
-}
-
-fn utf8(b: &[u8]) -> Result<String, String> {
-    String::from_utf8(b.to_vec()).map_err(|e| format!("text is not UTF-8: {e}"))
-}
-
-/// Decodes one non-NULL binary field.
-pub fn decode_binary(kind: BinKind, b: &[u8]) -> Result<Value, String> {
-    let exact = |n: usize| {
-        if b.len() == n {
-            Ok(())
-        } else {
-            Err(format!(
-                "{kind:?} value of {} bytes (expected {n})",
-                b.len()
-            ))
-        }
-    };
-    Ok(match kind {
-        BinKind::Bool => {
-            exact(1)?;
-            Value::Bool(b[0] != 0)
-        }
-        BinKind::Int2 => {
-            exact(2)?;
-            Value::Int16(i16::from_be_bytes(be(b, 0)?))
-        }
-        BinKind::Int4 => {
-            exact(4)?;
-            Value::Int32(i32::from_be_bytes(be(b, 0)?))
-        }
-        BinKind::Int8 => {
-            exact(8)?;
-            Value::Int64(i64::from_be_bytes(be(b, 0)?))
-        }
-        BinKind::Float4 => {
-            exact(4)?;
-            let f = f32::from_be_bytes(be(b, 0)?);
-            Value::Float32(if f.is_nan() { f32::NAN } else { f })
-        }
-        BinKind::Float8 => {
-            exact(8)?;
-            let f = f64::from_be_bytes(be(b, 0)?);
-            Value::Float64(if f.is_nan() { f64::NAN } else { f })
-        }
-        BinKind::Numeric => Value::Decimal(decode_numeric(b)?),
-        BinKind::Text => Value::Text(utf8(b)?),
-        BinKind::Json => Value::Json(utf8(b)?),
-        BinKind::Jsonb => match b.split_first() {
-            Some((1, text)) => Value::Json(utf8(text)?),
-            _ => return Err("jsonb of an unknown binary version".into()),
-        },
-        BinKind::Bytea => Value::Bytes(b.to_vec()),
-        BinKind::Date => {
-            exact(4)?;
-            Value::Date(match i32::from_be_bytes(be(b, 0)?) {
-                i32::MAX => Value::DATE_POS_INFINITY,
-                i32::MIN => Value::DATE_NEG_INFINITY,
-                d => d.checked_add(PG_EPOCH_DAYS).ok_or("date out of range")?,
-            })
-        }
-        BinKind::Time => {
-            exact(8)?;
-            Value::Time(i64::from_be_bytes(be(b, 0)?))
-        }
-        BinKind::TimeTz => {
-            exact(12)?;
-            Value::TimeTz {
-                micros: i64::from_be_bytes(be(b, 0)?),
-                // Postgres stores the zone as seconds west of UTC.
-                offset_seconds: -i32::from_be_bytes(be(b, 8)?),
-            }
-        }
-        BinKind::Timestamp | BinKind::TimestampTz => {
-            exact(8)?;
-            let t = match i64::from_be_bytes(be(b, 0)?) {
-                i64::MAX => Value::TIMESTAMP_POS_INFINITY,
-                i64::MIN => Value::TIMESTAMP_NEG_INFINITY,
-                t => t
-                    .checked_add(PG_EPOCH_MICROS)
-                    .ok_or("timestamp out of range")?,
-            };
-            if kind == BinKind::Timestamp {
-                Value::Timestamp(t)
-            } else {
-                Value::TimestampTz(t)
-            }
-        }
-        BinKind::Interval => {
-            exact(16)?;
-            Value::Interval {
-                micros: i64::from_be_bytes(be(b, 0)?),
-                days: i32::from_be_bytes(be(b, 8)?),
-                months: i32::from_be_bytes(be(b, 12)?),
-            }
-        }
-        BinKind::Uuid => {
-            exact(16)?;
-            Value::Uuid(be(b, 0)?)
-        }
-        BinKind::Bits => {
-            let len = i32::from_be_bytes(be(b, 0)?);
-            let len = u32::try_from(len).map_err(|_| "negative bit length")?;
-            let bytes = &b[4..];
-            if bytes.len() != (len as usize).div_ceil(8) {
-                return Err("bit string length does not match its bytes".into());
-            }
-            Value::Bits {
-                len,
-                bytes: bytes.to_vec(),
-            }
-        }
-    })
-}
-
-/// The binary COPY signature and the fixed part of its header.
-const BINARY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
-
-/// Turns the CopyData messages of one `COPY … TO STDOUT` into rows, in either format.
-/// Rows may span messages (the server sends one message per row, but the protocol does
-/// not promise it): an incomplete tail is kept until the next message.
-pub struct CopyDecoder {
-    /// `None`: text format.
-    binary: Option<Vec<BinKind>>,
-    header_done: bool,
-    trailer_seen: bool,
-    partial: Vec<u8>,
-    unescaped: Vec<u8>,
-}
-
-impl CopyDecoder {
-    pub fn text() -> Self {
-        Self::new(None)
-    }
-
-    pub fn binary(plan: Vec<BinKind>) -> Self {
-        Self::new(Some(plan))
-    }
-
-    fn new(binary: Option<Vec<BinKind>>) -> Self {
-        CopyDecoder {
-            binary,
-            header_done: false,
-            trailer_seen: false,
-            partial: Vec::new(),
-            unescaped: Vec::new(),
-        }
-    }
-
-    pub fn is_binary(&self) -> bool {
-        self.binary.is_some()
-    }
-
-    /// Decodes the complete rows in `data` (after what earlier messages left over).
-    pub fn feed(
-        &mut self,
-        rel: &RelationInfo,
-        data: &[u8],
-        row: &mut dyn FnMut(Row) -> Result<(), String>,
-    ) -> Result<(), String> {
-        if self.partial.is_empty() {
-            let used = self.rows(rel, data, row)?;
-            self.partial.extend_from_slice(&data[used..]);
-        } else {
-            let mut buf = std::mem::take(&mut self.partial);
-            buf.extend_from_slice(data);
-            let used = self.rows(rel, &buf, row)?;
-            buf.drain(..used);
-            self.partial = buf;
-        }
-        Ok(())
-    }
-
-    /// The end of the data: anything left over is a truncated row.
-    pub fn finish(
-        &mut self,
-        rel: &RelationInfo,
-        row: &mut dyn FnMut(Row) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let rest = std::mem::take(&mut self.partial);
-        match &self.binary {
-            None if !rest.is_empty() => row(parse_copy_line(rel, &rest, &mut self.unescaped)?),
-            Some(_) if !rest.is_empty() || !self.trailer_seen => {
-                Err("the binary COPY data ended inside a row".into())
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Decodes the complete rows at the start of `buf`; returns the bytes used.
-    fn rows(
-        &mut self,
-        rel: &RelationInfo,
-        buf: &[u8],
-        row: &mut dyn FnMut(Row) -> Result<(), String>,
-    ) -> Result<usize, String> {
-        let Some(plan) = &self.binary else {
-            let mut used = 0;
-            while let Some(nl) = buf[used..].iter().position(|b| *b == b'\n') {
-                row(parse_copy_line(
-                    rel,
-                    &buf[used..used + nl],
-                    &mut self.unescaped,
-                )?)?;
-                used += nl + 1;
-            }
-            return Ok(used);
-        };
-        let mut pos = 0;
-        if !self.header_done {
-            // Signature, flags (i32), header extension length (i32), extension.
-            if buf.len() < BINARY_SIGNATURE.len() + 8 {
-                return Ok(0);
-            }
-            if !buf.starts_with(BINARY_SIGNATURE) {
-                return Err("not a binary COPY stream".into());
-            }
-            let ext = u32::from_be_bytes(be(buf, BINARY_SIGNATURE.len() + 4)?) as usize;
-            let start = BINARY_SIGNATURE.len() + 8 + ext;
-            if buf.len() < start {
-                return Ok(0);
-            }
-            pos = start;
-            self.header_done = true;
-        }
-        let mut values = Vec::new();
-        while !self.trailer_seen && buf.len() >= pos + 2 {
-            let fields = i16::from_be_bytes([buf[pos], buf[pos + 1]]);
-            if fields == -1 {
-                self.trailer_seen = true;
-                pos += 2;
-                break;
-            }
-            if fields as usize != plan.len() {
-                return Err(format!(
-                    "binary COPY row has {fields} fields, the table {} columns",
-                    plan.len()
-                ));
-            }
-            let mut p = pos + 2;
-            values.reserve_exact(plan.len());
-            let mut complete = true;
-            for (kind, c) in plan.iter().zip(&rel.columns) {
-                let Some(len) = buf.get(p..p + 4) else {
-                    complete = false;
-                    break;
-                };
-                let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-                p += 4;
-                if len < 0 {
-                    values.push(Value::Null);
-                    continue;
-                }
-                let Some(field) = buf.get(p..p + len as usize) else {
-                    complete = false;
-                    break;
-                };
-                p += len as usize;
-                values.push(
-                    decode_binary(*kind, field).map_err(|e| format!("column {}: {e}", c.name))?,
-                );
-            }
-            if !complete {
-                break;
-            }
-            row(Row::new(std::mem::take(&mut values)))?;
-            pos = p;
-        }
-        Ok(pos)
-    }
-}
-
 /// Runs the snapshot; returns the number of rows read. Batches carry no commit position:
 /// the caller sends the snapshot's checkpoint once this returns.
 pub async fn run_snapshot(
     p: SnapshotParams,
     out: mpsc::Sender<ChangeBatch>,
 ) -> Result<u64, SourceError> {
-    let progress = PROGRESS
-        .try_with(|p| p.clone())
-        .unwrap_or_else(|_| SnapshotProgress::new());
+    let progress = snapshot_progress::in_scope();
     let started = Instant::now();
     let n = p.connections.max(1);
     let mut clients = Vec::with_capacity(n);
@@ -896,17 +285,7 @@ pub async fn run_snapshot(
         progress.clone(),
     ));
     let queue = Arc::new(Mutex::new(queue));
-    let logger = (!progress.reporter.load(Ordering::Relaxed)).then(|| {
-        let progress = progress.clone();
-        tokio::spawn(async move {
-            let mut t = tokio::time::interval(LOG_EVERY);
-            t.tick().await;
-            loop {
-                t.tick().await;
-                log_progress(&progress.view());
-            }
-        })
-    });
+    let logger = snapshot_progress::spawn_logger(&progress);
     let mut workers = tokio::task::JoinSet::new();
     for client in clients {
         let queue = queue.clone();
@@ -962,19 +341,6 @@ pub async fn run_snapshot(
         "snapshot read every table"
     );
     Ok(view.rows)
-}
-
-/// The periodic progress line.
-pub fn log_progress(v: &ProgressView) {
-    tracing::info!(
-        rows = v.rows,
-        rows_per_sec = v.rows_per_sec() as u64,
-        estimated_rows = v.estimated_rows,
-        eta_secs = v.eta().map(|d| d.as_secs()),
-        tables_done = v.tables_done,
-        tables = v.tables,
-        "snapshot in progress"
-    );
 }
 
 /// Per table: what the sequencer knows.
@@ -1060,7 +426,7 @@ impl Sequencer {
         let mut front = Vec::new();
         front.extend(st.tail.take());
         front.extend(std::mem::replace(&mut t.held, newest));
-        self.progress.rows.fetch_add(n as u64, Ordering::Relaxed);
+        self.progress.add_rows(n as u64);
         if !front.is_empty() {
             self.send(st, front, 0).await?;
         }
@@ -1078,7 +444,7 @@ impl Sequencer {
         }
         let last = t.held.take();
         tracing::info!(table = %t.id, rows = t.rows, "table snapshot read");
-        self.progress.tables_done.fetch_add(1, Ordering::Relaxed);
+        self.progress.table_done();
         let Some(mut last) = last else {
             return Ok(());
         };
@@ -1208,19 +574,7 @@ pub(crate) fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn copy_unescape() {
-        let mut out = Vec::new();
-        unescape_copy(b"a\\tb\\nc\\\\d\\101\\x41", &mut out);
-        assert_eq!(out, b"a\tb\nc\\dAA");
-        unescape_copy(b"plain", &mut out);
-        assert_eq!(out, b"plain");
-        unescape_copy(b"end\\", &mut out);
-        assert_eq!(out, b"end\\");
-        unescape_copy(b"\\\\", &mut out);
-        assert_eq!(out, b"\\");
-    }
+    use cdc_schemas::Value;
 
     fn table() -> Arc<cdc_schemas::TableSchema> {
         use cdc_schemas::{Column, ColumnType};

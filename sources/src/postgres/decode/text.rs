@@ -1,9 +1,17 @@
 //! Parsing Postgres' text output format into [`Value`]s, losslessly.
 //!
+//! Owns [`ValueKind`] (how a column's text is parsed; the built-in types' kinds are the
+//! `text` column of [`super::BUILTIN_TYPES`], the others come from [`super::map_type`])
+//! and the parsers. pgoutput tuples and the snapshot's COPY text rows both come here.
+//!
 //! The formats are those of the replication session's settings (see
-//! [`super::replication::SESSION_OPTIONS`]): `DateStyle=ISO`, `TimeZone=UTC`,
-//! `IntervalStyle=iso_8601`, `extra_float_digits=3` (shortest exact float text),
-//! `bytea_output=hex` (the escape format is accepted too).
+//! [`crate::postgres::replication::SESSION_OPTIONS`]; the snapshot readers set the same):
+//! `DateStyle=ISO`, `TimeZone=UTC`, `IntervalStyle=iso_8601`, `extra_float_digits=3`
+//! (shortest exact float text), `bytea_output=hex` (the escape format is accepted too).
+//! Invariants: a text that does not parse as its kind is a [`ValueError`] naming the
+//! kind and the text, never a panic and never a lossy value. [`parse_value`] runs per
+//! column per change (the streaming hot path): it only dispatches on a kind resolved
+//! once per relation.
 //!
 //! - dates: `2024-01-31`, `0044-03-15 BC`, `infinity`, `-infinity` → days since 1970
 //!   (proleptic Gregorian, 1 BC = year 0), infinities as [`Value::DATE_POS_INFINITY`]…;
