@@ -44,15 +44,18 @@ pub mod durable;
 pub mod filter;
 pub mod mysql;
 pub mod postgres;
+pub mod progress;
 pub mod secret;
 pub mod tls;
 
 pub use check::CheckReport;
 pub use config::{SourceConfig, SourceKind, SourceSpec};
 pub use durable::{Durable, DurablePublisher};
+pub use progress::SnapshotProgress;
 pub use secret::Secret;
 
 use std::future::Future;
+use std::sync::Arc;
 
 use cdc_schemas::encode::ConnectorKind;
 use cdc_schemas::metrics::Metrics;
@@ -85,6 +88,8 @@ pub struct SourceContext {
     pub shutdown: watch::Receiver<bool>,
     /// Where the source registers its own figures (exported on the admin `/metrics`).
     pub metrics: Metrics,
+    /// Where a snapshot counts its progress (rendered by the pipeline).
+    pub progress: Arc<SnapshotProgress>,
 }
 
 /// A failure of a source, classified for the supervisor.

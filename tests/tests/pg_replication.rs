@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdc_harness::{passwords, PgOptions, PgServer};
+use cdc_schemas::{Checkpoint, PgPosition, SourcePosition};
 use cdc_schemas::{ColumnType, Lsn, Value};
 use cdc_sources::postgres::conn::PgConnectErrorKind;
 use cdc_sources::postgres::pgoutput::{OldTuple, PgOutputDecoder, PgOutputMessage};
@@ -18,7 +19,7 @@ use cdc_sources::postgres::replication::{
     ReplicationStream, SlotSnapshot, StreamOptions,
 };
 use cdc_sources::postgres::PgEndpoint;
-use tokio::sync::watch;
+use cdc_sources::{Durable, DurablePublisher};
 
 fn endpoint(pg: &PgServer, user: &str, pw: &str, db: &str, query: &str) -> PgEndpoint {
     PgEndpoint::from_url(&format!("{}?{query}", pg.url(user, pw, db)), None).unwrap()
@@ -388,7 +389,7 @@ async fn slot_snapshot_stream_decode_and_feedback() {
     let e = other.drop_slot("s_tmp", false).await.unwrap_err();
     assert_eq!(e.sqlstate(), Some("42704"), "{e}");
 
-    let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
+    let (durable_tx, durable_rx) = durable_at_start();
     let stream = repl
         .start(
             "s_decode",
@@ -549,7 +550,7 @@ async fn slot_snapshot_stream_decode_and_feedback() {
     assert!(feedback.status().updates_sent > 0);
     assert_eq!(confirmed_flush(pg, "s_decode").await, slot.consistent_point);
     // Durable up to transaction 1 only: exactly that is confirmed.
-    durable_tx.send(c1.end_lsn).unwrap();
+    publish(&durable_tx, c1.end_lsn);
     assert!(
         eventually(Duration::from_secs(10), || async {
             confirmed_flush(pg, "s_decode").await == c1.end_lsn
@@ -562,7 +563,7 @@ async fn slot_snapshot_stream_decode_and_feedback() {
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(confirmed_flush(pg, "s_decode").await, c1.end_lsn);
     // Everything durable: confirmed reaches at least the last commit…
-    durable_tx.send(nt.lsn.max(c3.end_lsn)).unwrap();
+    publish(&durable_tx, nt.lsn.max(c3.end_lsn));
     assert!(
         eventually(Duration::from_secs(10), || async {
             confirmed_flush(pg, "s_decode").await >= c3.end_lsn
@@ -635,7 +636,7 @@ async fn large_transactions_are_streamed() {
         )
         .await
         .unwrap();
-    let (durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
+    let (durable_tx, durable_rx) = durable_at_start();
     let stream = repl
         .start(
             "s_big",
@@ -690,7 +691,7 @@ async fn large_transactions_are_streamed() {
     assert!(starts > 1 && starts == stops);
     assert_eq!(Some(commit.xid), xid);
     assert!(commit.end_lsn > commit.commit_lsn);
-    durable_tx.send(commit.end_lsn).unwrap();
+    publish(&durable_tx, commit.end_lsn);
 
     // A rolled-back subtransaction inside a streamed transaction: Stream Abort for the
     // subtransaction, then the Stream Commit of the rest.
@@ -777,7 +778,7 @@ async fn feedback_flows_while_the_consumer_stalls() {
         )
         .await
         .unwrap();
-    let (_durable_tx, durable_rx) = watch::channel(Lsn::ZERO);
+    let (_durable_tx, durable_rx) = durable_at_start();
     let opts = StreamOptions {
         buffer: 8,
         ..StreamOptions::default()
@@ -1275,7 +1276,7 @@ async fn builtin_types_round_trip() {
         )
         .await
         .unwrap();
-    let (_tx, rx) = watch::channel(Lsn::ZERO);
+    let (_tx, rx) = durable_at_start();
     let stream = repl
         .start(
             "s_types",
@@ -1451,4 +1452,18 @@ async fn builtin_types_round_trip() {
         ColumnType::Array(Box::new(ColumnType::Text { max_len: None }))
     );
     r.stream.stop().await;
+}
+
+/// A durable handle with nothing durable yet, as the pipeline hands it to a source.
+fn durable_at_start() -> (DurablePublisher, Durable) {
+    DurablePublisher::new(None)
+}
+
+/// What the pipeline does once a commit ending at `lsn` is durable.
+fn publish(p: &DurablePublisher, lsn: Lsn) {
+    p.publish(Checkpoint::At(SourcePosition::Postgres(PgPosition {
+        commit_lsn: lsn,
+        lsn,
+        ..Default::default()
+    })));
 }

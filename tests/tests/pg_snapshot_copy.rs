@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use cdc_harness::PgServer;
 use cdc_schemas::{Row, TableId};
+use cdc_sources::postgres::decode::copy::{binary_plan, CopyDecoder};
 use cdc_sources::postgres::relation::{RelationCache, RelationInfo, StaticTypeResolver};
-use cdc_sources::postgres::snapshot::{binary_plan, describe_table, CopyDecoder, SESSION_SETTINGS};
+use cdc_sources::postgres::snapshot::{describe_table, SESSION_SETTINGS};
 use futures_util::StreamExt;
 
 const TABLE: &str = "

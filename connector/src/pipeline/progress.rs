@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdc_sources::postgres::snapshot::{log_progress, ProgressView, SnapshotProgress};
+use cdc_sources::progress::{log_progress, ProgressView, SnapshotProgress};
 
 use crate::admin::Metrics;
 

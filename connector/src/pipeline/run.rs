@@ -24,8 +24,7 @@ use cdc_schemas::encode::{
 };
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::Checkpoint;
-use cdc_sources::postgres::snapshot::{with_progress, SnapshotProgress};
-use cdc_sources::{DurablePublisher, Source, SourceContext};
+use cdc_sources::{DurablePublisher, SnapshotProgress, Source, SourceContext};
 use tokio::sync::watch;
 
 use super::{Pipeline, PipelineConfig};
@@ -225,8 +224,9 @@ pub async fn run(config: Config) -> ExitCode {
             resume_from,
             shutdown: shutdown.clone(),
             metrics: metrics.clone(),
+            progress: snapshot_progress.clone(),
         };
-        let src_result = with_progress(snapshot_progress.clone(), source.run(ctx)).await;
+        let src_result = source.run(ctx).await;
         let (stats, pipe_result) = match pipe.await {
             Ok(r) => r,
             Err(e) => {

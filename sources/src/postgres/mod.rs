@@ -1,8 +1,20 @@
-//! The Postgres source: the connection layer shared by preflight checks and the snapshot
-//! and catalog queries ([`conn`]), the streaming-replication client ([`replication`],
-//! wire framing in [`protocol`]), the pgoutput decoder ([`pgoutput`]), the relation cache
-//! and type mapping ([`relation`]), the text-format value parser ([`values`]) and the
-//! on-disk spill of streamed transactions ([`spill`]).
+//! The Postgres source, in the file set every source has:
+//!
+//! | file | owns |
+//! |---|---|
+//! | [`config`] | its keys of `[source]` and the resolved [`PgSourceConfig`] |
+//! | [`check`] | the read-only preflight checks behind `cdc check` |
+//! | [`setup`] | the publication and the replication slot, and where to start: resume, snapshot or not |
+//! | [`snapshot`] | the initial snapshot on the slot's exported snapshot, handed off at its consistent point |
+//! | [`stream`] | the replication stream: pgoutput messages into transactions, in commit order, with their positions |
+//! | [`decode`] | the one type table, text and binary value decoding |
+//! | [`metrics`] | the slot's and the acknowledgement path's gauges |
+//!
+//! Beside them, what only Postgres needs: the connection layer ([`conn`]), the
+//! streaming-replication client ([`replication`], its socket task [`stream_task`], wire
+//! framing in [`protocol`]), the pgoutput decoder ([`pgoutput`]), the relation cache
+//! ([`relation`]), the spill of streamed transactions ([`spill`]), and [`source`], which
+//! ties setup, snapshot and stream into the [`crate::Source`] the factory builds.
 
 pub mod check;
 pub mod config;
@@ -14,14 +26,12 @@ pub mod protocol;
 pub mod relation;
 pub mod replication;
 pub mod snapshot;
-pub mod snapshot_progress;
 pub mod source;
 pub mod spill;
 pub mod stream_task;
 
 pub use config::{PgSettings, PgSourceConfig};
 pub use conn::{PgConnectError, PgEndpoint};
-pub use decode::text as values;
 pub use pgoutput::{DecodeError, PgOutputDecoder, PgOutputMessage};
 pub use relation::{RelationCache, RelationInfo, TypeResolver};
 pub use replication::{

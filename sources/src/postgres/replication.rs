@@ -36,7 +36,6 @@ use postgres_protocol::authentication::md5_hash;
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::watch;
 
 use super::conn::{PgConnectError, PgConnectErrorKind, PgEndpoint};
 use super::protocol::{parse_frame, Frame, PgServerError, ProtocolError};
@@ -914,8 +913,8 @@ impl ReplicationConnection {
     }
 
     /// `START_REPLICATION SLOT slot LOGICAL start_lsn (…)`: switches to CopyBoth and hands
-    /// the connection to a background task (see [`super::stream_task`]). `durable` carries the
-    /// position the pipeline has made durable; only it (or, when idle, the server's WAL
+    /// the connection to a background task (see [`super::stream_task`]). `durable` is how far
+    /// the pipeline has made the log durable; only it (or, when idle, the server's WAL
     /// end) is ever confirmed. `start_lsn` is also the lowest position confirmed.
     ///
     /// Runs `SHOW wal_sender_timeout` first: an exported snapshot must have been imported
@@ -926,7 +925,7 @@ impl ReplicationConnection {
         start_lsn: Lsn,
         publications: &[&str],
         opts: &StreamOptions,
-        durable: watch::Receiver<Lsn>,
+        durable: crate::Durable,
     ) -> Result<ReplicationStream, ReplicationError> {
         let what = format!("starting replication from slot {slot:?}");
         let max = max_proto_version(self.server_version_num);

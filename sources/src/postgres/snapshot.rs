@@ -3,7 +3,7 @@
 //!
 //! This module owns the driver (describing the tables, planning chunks, the readers) and
 //! the order and markers of the records it sends; the rows are parsed by
-//! [`super::decode::copy`] and progress is counted in [`super::snapshot_progress`].
+//! [`super::decode::copy`] and progress is counted in [`crate::progress`].
 //!
 //! Consistency with the slot: the slot is created with `EXPORT_SNAPSHOT` on the replication
 //! connection, which then stays open and idle until every reader has imported the snapshot
@@ -56,8 +56,8 @@
 //!
 //! # Progress
 //!
-//! The readers count rows and tables in the [`SnapshotProgress`] in scope
-//! ([`super::snapshot_progress`], which owns the counters and their reporting).
+//! The readers count rows and tables in the [`SnapshotProgress`] the pipeline handed the
+//! source ([`crate::progress`] owns the counters and their reporting).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -72,14 +72,11 @@ use super::relation::{
     load_table_catalog, load_types, RelationCache, RelationInfo, StaticTypeResolver,
 };
 use super::replication::{quote_ident, quote_literal};
-use super::snapshot_progress;
 use crate::{ChangeBatch, SourceError};
 
-// COPY parsing moved to `decode`; these paths stay for the snapshot's users.
-pub use super::decode::copy::{binary_plan, parse_copy_line, unescape_copy, CopyDecoder};
-pub use super::decode::{decode_binary, BinKind};
-// Progress reporting moved to `snapshot_progress`; these paths stay for the connector.
-pub use super::snapshot_progress::{log_progress, with_progress, ProgressView, SnapshotProgress};
+use super::decode::copy::{binary_plan, CopyDecoder};
+use super::decode::BinKind;
+use crate::progress::SnapshotProgress;
 
 /// The session settings pgoutput's walsender uses ([`super::replication::SESSION_OPTIONS`]).
 pub const SESSION_SETTINGS: &str = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO'; SET IntervalStyle = 'iso_8601'; SET extra_float_digits = 3; SET bytea_output = 'hex'; SET client_encoding = 'UTF8'";
@@ -94,6 +91,8 @@ pub struct SnapshotParams {
     pub batch_events: usize,
     /// The slot's consistent point: the position of every snapshot record.
     pub consistent_point: Lsn,
+    /// Where the readers count what they read (the pipeline reports it).
+    pub progress: Arc<SnapshotProgress>,
 }
 
 struct Chunk {
@@ -202,7 +201,7 @@ pub async fn run_snapshot(
     p: SnapshotParams,
     out: mpsc::Sender<ChangeBatch>,
 ) -> Result<u64, SourceError> {
-    let progress = snapshot_progress::in_scope();
+    let progress = p.progress.clone();
     let started = Instant::now();
     let n = p.connections.max(1);
     let mut clients = Vec::with_capacity(n);
@@ -285,7 +284,7 @@ pub async fn run_snapshot(
         progress.clone(),
     ));
     let queue = Arc::new(Mutex::new(queue));
-    let logger = snapshot_progress::spawn_logger(&progress);
+    let logger = crate::progress::spawn_logger(&progress);
     let mut workers = tokio::task::JoinSet::new();
     for client in clients {
         let queue = queue.clone();

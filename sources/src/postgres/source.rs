@@ -59,6 +59,7 @@ use super::replication::{
 };
 use super::snapshot::{now_ms, run_snapshot, SnapshotParams};
 use super::spill::{SpillError, SpillReader, SpillStore};
+use super::stream_task::durable_lsn;
 pub use crate::config::SnapshotMode;
 use crate::filter::TableFilter;
 use crate::{ChangeBatch, Source, SourceContext, SourceError};
@@ -152,12 +153,30 @@ fn pg_position(p: &SourcePosition) -> Option<PgPosition> {
     }
 }
 
-/// The LSN a durable position lets us confirm to the slot.
-fn durable_lsn(p: &SourcePosition) -> Option<Lsn> {
-    match p {
-        SourcePosition::Postgres(p) => Some(p.lsn),
-        _ => None,
+/// SQLSTATE `object_not_in_prerequisite_state`: what START_REPLICATION (and a running
+/// walsender) answers for a slot whose WAL is gone, among other prerequisites.
+const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
+
+/// Classifies a failure of the replication stream. An invalidated slot is recognised by
+/// its SQLSTATE and then confirmed by the slot's own `wal_status`, never by the text of
+/// a message (which is translated with `lc_messages` and changes between versions).
+async fn replication_failure(
+    client: &tokio_postgres::Client,
+    slot: &str,
+    e: ReplicationError,
+) -> SourceError {
+    if e.sqlstate() == Some(OBJECT_NOT_IN_PREREQUISITE_STATE) {
+        if let Ok(Some(row)) = slot_row(client, slot).await {
+            if row.wal_status.as_deref() == Some("lost") {
+                return definite(
+                    format!("replication slot {slot:?}"),
+                    format!("the slot was invalidated (wal_status = lost): the server removed WAL it still needed ({e})"),
+                    "set snapshot.mode = \"when_needed\" and restart to take a new snapshot, or start over with an empty log dir; raise max_slot_wal_keep_size and watch the retained-WAL alarm to prevent it",
+                );
+            }
+        }
     }
+    e.into()
 }
 
 struct SlotRow {
@@ -400,6 +419,7 @@ async fn run(
                     chunk_pages: cfg.snapshot_chunk_pages,
                     batch_events: cfg.max_batch_events,
                     consistent_point: created.consistent_point,
+                    progress: ctx.progress.clone(),
                 },
                 ctx.batches.clone(),
             )
@@ -472,62 +492,38 @@ async fn stream(
     ctx: SourceContext,
 ) -> Result<(), SourceError> {
     let metrics = PgMetrics::register(&ctx.metrics, &cfg.slot);
-    // The durable position as the replication stream wants it (an LSN).
-    let (lsn_tx, lsn_rx) = watch::channel(skip_before);
-    let lsn_tx = Arc::new(lsn_tx);
-    let forward = {
-        let mut durable = ctx.durable.clone();
-        let lsn_tx = lsn_tx.clone();
-        let gauge = metrics.durable_lsn.clone();
-        tokio::spawn(async move {
-            loop {
-                durable.mark_seen();
-                if let Some(lsn) = durable.position_with(durable_lsn) {
-                    gauge.set(lsn.0);
-                    lsn_tx.send_if_modified(|l| {
-                        if lsn > *l {
-                            *l = lsn;
-                            true
-                        } else {
-                            false
-                        }
-                    });
-                }
-                if durable.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
     let opts = StreamOptions {
         streaming: cfg.streaming,
         messages: true,
         status_interval: cfg.status_interval,
         ..StreamOptions::default()
     };
-    let mut stream = repl
-        .start(&cfg.slot, start, &[cfg.publication.as_str()], &opts, lsn_rx)
-        .await
-        .map_err(|e| {
-            let s = e.to_string();
-            if s.contains("can no longer get changes from replication slot") {
-                definite(
-                    format!("replication slot {:?}", cfg.slot),
-                    s,
-                    "the slot was invalidated: set snapshot.mode = \"when_needed\" and restart to take a new snapshot, or start over with an empty log dir; raise max_slot_wal_keep_size to prevent it",
-                )
-            } else {
-                e.into()
-            }
-        })?;
+    let stream = repl
+        .start(
+            &cfg.slot,
+            start,
+            &[cfg.publication.as_str()],
+            &opts,
+            ctx.durable.clone(),
+        )
+        .await;
+    let mut stream = match stream {
+        Ok(s) => s,
+        Err(e) => return Err(replication_failure(&client, &cfg.slot, e).await),
+    };
     let (alarm_tx, mut alarm_rx) = mpsc::channel::<SourceError>(1);
-    let monitor = tokio::spawn(monitor(cfg.clone(), status, metrics.clone(), alarm_tx));
+    let monitor = tokio::spawn(monitor(
+        cfg.clone(),
+        status,
+        metrics.clone(),
+        ctx.durable.clone(),
+        alarm_tx,
+    ));
 
     let mut spill = match SpillStore::open(&cfg.spill_dir) {
         Ok(s) => Some(s),
         Err(e) => {
             monitor.abort();
-            forward.abort();
             stream.stop().await;
             return Err(spill_err(e));
         }
@@ -558,13 +554,7 @@ async fn stream(
             m = stream.next_message() => match m {
                 Ok(Some(x)) => x,
                 Ok(None) => break Err(SourceError::Transient { what: "replication stream".into(), detail: "ended".into() }),
-                Err(e) => {
-                    let s = e.to_string();
-                    if s.contains("can no longer get changes from replication slot") {
-                        break Err(definite(format!("replication slot {:?}", cfg.slot), s, "the slot was invalidated: set snapshot.mode = \"when_needed\" and restart to take a new snapshot; raise max_slot_wal_keep_size to prevent it"));
-                    }
-                    break Err(e.into());
-                }
+                Err(e) => break Err(replication_failure(&client, &cfg.slot, e).await),
             },
         };
         let msg = match decoder.decode_next(&x.data) {
@@ -736,19 +726,11 @@ async fn stream(
         .map(|r| r.is_ok())
         .unwrap_or(false)
     {}
+    // The stream's last status update reads the handle: it confirms this position.
+    stream.stop().await;
     if let Some(lsn) = durable.position_with(durable_lsn) {
-        lsn_tx.send_if_modified(|l| {
-            if lsn > *l {
-                *l = lsn;
-                true
-            } else {
-                false
-            }
-        });
         tracing::info!(flushed = %lsn, "final position sent to the server");
     }
-    forward.abort();
-    stream.stop().await;
     result
 }
 
@@ -1097,6 +1079,7 @@ async fn monitor(
     cfg: PgSourceConfig,
     status: Arc<Mutex<SlotStatus>>,
     metrics: PgMetrics,
+    durable: crate::Durable,
     alarm: mpsc::Sender<SourceError>,
 ) {
     let mut client = None;
@@ -1166,6 +1149,9 @@ async fn monitor(
             s.wal_status = wal_status.clone();
             s.confirmed_flush_lsn = confirmed.and_then(|c| c.parse().ok());
             metrics.observe(&s);
+            if let Some(lsn) = durable.position_with(durable_lsn) {
+                metrics.durable_lsn.set(lsn.0);
+            }
             tracing::debug!(slot = %cfg.slot, retained_wal_bytes = ?retained, wal_status = ?wal_status, "slot status");
             if let (Some(limit), Some(r)) = (cfg.max_retained_wal, retained) {
                 if r > limit && !s.over_limit {

@@ -30,8 +30,8 @@
 //!   server through TCP, and the walsender keeps processing our status updates while it
 //!   waits to send (it polls for replies in its write loop), so the connection survives
 //!   an arbitrarily slow consumer;
-//! - reads the flush position to report from a `watch::Receiver<Lsn>` the pipeline
-//!   publishes *durable* positions on. It never reports more than that, except for the
+//! - reads the flush position to report from the [`Durable`] handle the pipeline
+//!   publishes *durable* checkpoints on (mapped to an LSN by [`durable_lsn`]). It never reports more than that, except for the
 //!   idle rule below, and never less than it reported before.
 //!
 //! # Idle slot care
@@ -58,9 +58,12 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use cdc_schemas::Lsn;
+use cdc_schemas::SourcePosition;
 use postgres_protocol::message::frontend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, watch, Notify};
+
+use crate::Durable;
 use tokio::task::JoinHandle;
 
 use super::protocol::{
@@ -71,6 +74,15 @@ use super::replication::{fix_for, log_notice, sqlstate_is_transient, Io, Replica
 
 /// The flush position to report in a status update.
 ///
+/// The LSN a durable position lets the slot confirm: the end of the last durable commit
+/// (or the snapshot's consistent point). A position of another source confirms nothing.
+pub fn durable_lsn(p: &SourcePosition) -> Option<Lsn> {
+    match p {
+        SourcePosition::Postgres(p) => Some(p.lsn),
+        _ => None,
+    }
+}
+
 /// `durable` is what the pipeline has made durable; `in_flight` is true while any
 /// forwarded transaction is open or not yet durable; `last_server_wal_end` is the WAL end
 /// from the newest keepalive. When idle, the server's WAL end is confirmed so the slot
@@ -237,7 +249,7 @@ pub(super) struct StreamSetup {
     pub wbuf: BytesMut,
     /// The server's address, for errors.
     pub addr: String,
-    pub durable: watch::Receiver<Lsn>,
+    pub durable: Durable,
     /// The effective status update interval.
     pub interval: Duration,
     /// Where streaming starts: the lowest position ever confirmed.
@@ -342,7 +354,7 @@ struct StreamTask {
     wbuf: BytesMut,
     addr: String,
     tx: mpsc::Sender<Result<XLogData, ReplicationError>>,
-    durable: watch::Receiver<Lsn>,
+    durable: Durable,
     stop: watch::Receiver<bool>,
     shared: Arc<Shared>,
     interval: Duration,
@@ -490,7 +502,7 @@ impl StreamTask {
     }
 
     fn next_update(&mut self) -> StandbyStatusUpdate {
-        let durable = *self.durable.borrow();
+        let durable = self.durable.position_with(durable_lsn).unwrap_or(Lsn::ZERO);
         let in_flight = self.tracker.in_flight(durable);
         let flush = flush_lsn_to_send(durable, in_flight, self.last_server_wal_end)
             .max(self.floor)

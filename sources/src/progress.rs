@@ -1,17 +1,16 @@
 //! Progress of the initial snapshot: the counters the readers update and the ways they
 //! are reported.
 //!
-//! A [`SnapshotProgress`] counts rows read, tables done and the row estimate (the sum of
-//! `pg_class.reltuples`). The connector puts one in scope with [`with_progress`] around the
-//! source and renders it (progress bar on a terminal, log lines and metrics otherwise);
-//! without one in scope the snapshot logs an info line every few seconds itself
-//! ([`log_progress`]).
+//! A [`SnapshotProgress`] counts rows read, tables done and the row estimate (the
+//! database's own statistics: Postgres sums `pg_class.reltuples`). The pipeline hands one
+//! to the source in its [`crate::SourceContext`] and renders it (progress bar on a
+//! terminal, log lines and metrics otherwise); when no reporter is attached the snapshot
+//! logs an info line every few seconds itself ([`log_progress`]).
 //!
 //! Invariants: counters are cumulative for one snapshot and reset when the next begins;
 //! they are updated once per batch, not per row, with relaxed atomics, so a
 //! [`ProgressView`] is consistent enough for display but not a synchronisation point.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,7 +41,7 @@ pub struct ProgressView {
     /// A snapshot ran (or runs) in this process.
     pub started: bool,
     pub rows: u64,
-    /// Sum of `pg_class.reltuples` of the tables (0 when the server has no statistics).
+    /// The database's estimate of the tables' rows (0 when it has no statistics).
     pub estimated_rows: u64,
     pub tables: u64,
     pub tables_done: u64,
@@ -132,25 +131,9 @@ impl SnapshotProgress {
     }
 }
 
-tokio::task_local! {
-    static PROGRESS: Arc<SnapshotProgress>;
-}
-
-/// Runs `f` (a source) with `progress` as the progress of any snapshot it takes.
-pub async fn with_progress<F: Future>(progress: Arc<SnapshotProgress>, f: F) -> F::Output {
-    PROGRESS.scope(progress, f).await
-}
-
-/// The progress in scope ([`with_progress`]), or a fresh one nobody reports.
-pub(super) fn in_scope() -> Arc<SnapshotProgress> {
-    PROGRESS
-        .try_with(|p| p.clone())
-        .unwrap_or_else(|_| SnapshotProgress::new())
-}
-
 /// Without a reporter, a task that logs [`log_progress`] every [`LOG_EVERY`] until it
 /// is aborted.
-pub(super) fn spawn_logger(progress: &Arc<SnapshotProgress>) -> Option<JoinHandle<()>> {
+pub(crate) fn spawn_logger(progress: &Arc<SnapshotProgress>) -> Option<JoinHandle<()>> {
     (!progress.has_reporter()).then(|| {
         let progress = progress.clone();
         tokio::spawn(async move {
