@@ -92,18 +92,30 @@ pub struct SourceContext {
     pub progress: Arc<SnapshotProgress>,
 }
 
-/// A failure of a source, classified for the supervisor.
+/// The underlying error a [`SourceError`] keeps, for `source()` chains and logs.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// A failure of a source, classified for the supervisor. Each keeps its underlying
+/// error (a driver error, an I/O error) as its `source()`, so logs show the whole chain
+/// and callers can inspect it (a SQLSTATE, an errno) instead of parsing text.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     /// May succeed on retry (connection reset, server restarting, failover).
     #[error("{what} (will retry): {detail}")]
-    Transient { what: String, detail: String },
+    Transient {
+        what: String,
+        detail: String,
+        #[source]
+        cause: Option<BoxError>,
+    },
     /// Will not go away by retrying; the operator must act as `fix` says.
     #[error("{what}: {detail}. Fix: {fix}")]
     Definite {
         what: String,
         detail: String,
         fix: String,
+        #[source]
+        cause: Option<BoxError>,
     },
 }
 
@@ -116,6 +128,7 @@ impl SourceError {
         SourceError::Transient {
             what: what.into(),
             detail: detail.into(),
+            cause: None,
         }
     }
 
@@ -128,7 +141,18 @@ impl SourceError {
             what: what.into(),
             detail: detail.into(),
             fix: fix.into(),
+            cause: None,
         }
+    }
+
+    /// Keeps `e` as the underlying error.
+    pub fn caused_by(mut self, e: impl Into<BoxError>) -> Self {
+        match &mut self {
+            SourceError::Transient { cause, .. } | SourceError::Definite { cause, .. } => {
+                *cause = Some(e.into())
+            }
+        }
+        self
     }
 }
 

@@ -173,7 +173,42 @@ async fn markers_with(connections: usize) {
     );
     assert!(log.contains("snapshot read every table"), "{log}");
     assert!(log.contains("rows=8501"), "{log}");
-    drop_slot(pg, &db).await;
+    // initial_only leaves no slot behind: nobody would read it, and it would retain WAL.
+    let admin = pg.superuser_client("postgres").await.unwrap();
+    let slots: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&db],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "initial_only left its slot behind\n{log}");
+    // A second run finds the snapshot complete and exits 0 without creating a slot.
+    c.start();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = c.child.as_mut().unwrap().try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "second run did not end\n{}",
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    c.child = None;
+    assert_eq!(status.code(), Some(0), "{}", c.output());
+    let slots: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&db],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "the second initial_only run created a slot");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -285,6 +285,25 @@ impl PgEndpoint {
     }
 }
 
+/// A failed catalog or snapshot query as a [`crate::SourceError`] that keeps the driver's
+/// error: transient when the connection broke or the server is shutting down, restarting
+/// or out of connection slots (SQLSTATE classes 08 and 57P, and 53300), definite
+/// otherwise, with `fix`.
+pub fn source_error(what: &str, e: tokio_postgres::Error, fix: &str) -> crate::SourceError {
+    let code = e.as_db_error().map(|d| d.code().code());
+    let transient = e.is_closed()
+        || code
+            .map(|c| c.starts_with("08") || c.starts_with("57P") || c == "53300")
+            .unwrap_or(true);
+    let detail = error_chain(&e);
+    let err = if transient {
+        crate::SourceError::transient(what, detail)
+    } else {
+        crate::SourceError::definite(what, detail, fix)
+    };
+    err.caused_by(e)
+}
+
 /// The error and its sources in one line.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

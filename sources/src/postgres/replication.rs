@@ -117,24 +117,27 @@ impl ReplicationError {
 impl From<ReplicationError> for SourceError {
     fn from(e: ReplicationError) -> SourceError {
         if e.is_transient() {
-            return SourceError::Transient {
-                what: "postgres replication".into(),
-                detail: e.to_string(),
-            };
+            return SourceError::transient("postgres replication", e.to_string()).caused_by(e);
         }
-        let (what, detail, fix) = match e {
-            ReplicationError::Connect(c) => ("connecting for replication".into(), c.message, c.fix),
+        let (what, detail, fix) = match &e {
+            ReplicationError::Connect(c) => (
+                "connecting for replication".to_string(),
+                c.message.clone(),
+                c.fix.clone(),
+            ),
             ReplicationError::Server {
                 what, error, fix, ..
-            } => (what, error.to_string(), fix),
-            ReplicationError::Unsupported { what, detail, fix } => (what, detail, fix),
+            } => (what.clone(), error.to_string(), fix.clone()),
+            ReplicationError::Unsupported { what, detail, fix } => {
+                (what.clone(), detail.clone(), fix.clone())
+            }
             other => (
                 "postgres replication".into(),
                 other.to_string(),
                 "see the message".into(),
             ),
         };
-        SourceError::Definite { what, detail, fix }
+        SourceError::definite(what, detail, fix).caused_by(e)
     }
 }
 

@@ -112,23 +112,11 @@ struct SnapTable {
 }
 
 fn pg_err(what: &str, e: tokio_postgres::Error) -> SourceError {
-    let transient = e.is_closed()
-        || e.as_db_error()
-            .map(|d| d.code().code().starts_with("08") || d.code().code().starts_with("57P"))
-            .unwrap_or(true);
-    let detail = crate::postgres::conn::error_chain(&e);
-    if transient {
-        SourceError::Transient {
-            what: what.into(),
-            detail,
-        }
-    } else {
-        SourceError::Definite {
-            what: what.into(),
-            detail,
-            fix: "see the server's message; the snapshot restarts from the beginning on the next start".into(),
-        }
-    }
+    super::conn::source_error(
+        what,
+        e,
+        "see the server's message; the snapshot restarts from the beginning on the next start",
+    )
 }
 
 /// Loads `table`'s columns and key as pgoutput would describe them.
@@ -155,11 +143,11 @@ pub async fn describe_table(
         .await
         .map_err(|e| pg_err("describing a table for the snapshot", e))?;
     if rows.is_empty() {
-        return Err(SourceError::Definite {
-            what: format!("snapshot of {table}"),
-            detail: "the table has no columns or does not exist".into(),
-            fix: "check source.tables".into(),
-        });
+        return Err(SourceError::definite(
+            format!("snapshot of {table}"),
+            "the table has no columns or does not exist",
+            "check source.tables",
+        ));
     }
     let oid: u32 = rows[0].get(0);
     let ident: String = rows[0].get(5);
@@ -310,11 +298,11 @@ pub async fn run_snapshot(
     let mut result = Ok(());
     while let Some(r) = workers.join_next().await {
         let r = r.unwrap_or_else(|e| {
-            Err(SourceError::Definite {
-                what: "snapshot reader".into(),
-                detail: e.to_string(),
-                fix: "report this as a bug".into(),
-            })
+            Err(SourceError::definite(
+                "snapshot reader",
+                e.to_string(),
+                "report this as a bug",
+            ))
         });
         if let Err(e) = r {
             if result.is_ok() {
@@ -489,10 +477,7 @@ impl Sequencer {
                 approx_bytes,
             })
             .await
-            .map_err(|_| SourceError::Transient {
-                what: "snapshot".into(),
-                detail: "the pipeline stopped".into(),
-            })
+            .map_err(|_| SourceError::transient("snapshot", "the pipeline stopped"))
     }
 }
 
@@ -542,10 +527,12 @@ async fn read_chunk(
         events.push(ev);
         Ok(())
     };
-    let bad = |e: String| SourceError::Definite {
-        what: format!("snapshot of {}", schema.id),
-        detail: e,
-        fix: "report this as a bug, with the column's type".into(),
+    let bad = |e: String| {
+        SourceError::definite(
+            format!("snapshot of {}", schema.id),
+            e,
+            "report this as a bug, with the column's type",
+        )
     };
     while let Some(data) = stream.next().await {
         let data = data.map_err(|e| pg_err("reading a snapshot chunk", e))?;

@@ -115,29 +115,11 @@ fn definite(
     detail: impl Into<String>,
     fix: impl Into<String>,
 ) -> SourceError {
-    SourceError::Definite {
-        what: what.into(),
-        detail: detail.into(),
-        fix: fix.into(),
-    }
+    SourceError::definite(what, detail, fix)
 }
 
 fn sql_err(what: &str, e: tokio_postgres::Error) -> SourceError {
-    let code = e.as_db_error().map(|d| d.code().code().to_string());
-    let transient = e.is_closed()
-        || code
-            .as_deref()
-            .map(|c| c.starts_with("08") || c.starts_with("57P") || c == "53300")
-            .unwrap_or(true);
-    let detail = super::conn::error_chain(&e);
-    if transient {
-        SourceError::Transient {
-            what: what.into(),
-            detail,
-        }
-    } else {
-        definite(what, detail, "see the server's message")
-    }
+    super::conn::source_error(what, e, "see the server's message")
 }
 
 /// The Postgres position of a checkpoint (None for another source's, or an unfinished
@@ -340,14 +322,17 @@ async fn run(
     let mode = cfg.snapshot_mode;
     let mut repl = ReplicationConnection::connect(&cfg.endpoint).await?;
 
+    if mode == SnapshotMode::InitialOnly && stored.is_some() {
+        // Nobody will read the slot again: a slot left behind would retain WAL for ever.
+        if slot.is_some() {
+            repl.drop_slot(&cfg.slot, true).await?;
+            tracing::info!(slot = %cfg.slot, "snapshot.mode = initial_only: dropped the replication slot left by an earlier run");
+        }
+        tracing::info!("snapshot.mode = initial_only and the snapshot is complete: nothing to do");
+        return Ok(());
+    }
     let (start, skip_before) = match (&stored, slot.is_some() && !lost) {
         (Some(p), true) => {
-            if mode == SnapshotMode::InitialOnly {
-                tracing::info!(
-                    "snapshot.mode = initial_only and the snapshot is complete: nothing to do"
-                );
-                return Ok(());
-            }
             tracing::info!(lsn = %p.lsn, commit_lsn = %p.commit_lsn, "resuming from the stored position");
             (p.lsn, p.lsn)
         }
@@ -441,7 +426,18 @@ async fn run(
             .await?;
             tracing::info!(rows, consistent_point = %cp, "snapshot complete; streaming starts at the consistent point");
             if mode == SnapshotMode::InitialOnly {
-                wait_durable(&mut ctx, cp).await;
+                if !wait_durable(&mut ctx, cp).await {
+                    // The supervisor retries; the next attempt finds the checkpoint durable
+                    // (and drops the slot) or snapshots again.
+                    return Err(SourceError::transient(
+                        "snapshot.mode = initial_only",
+                        "the snapshot's end is not durable in the log yet; the replication slot is kept until it is",
+                    ));
+                }
+                // The snapshot is durable and nothing will stream from this slot: drop it
+                // now, or it would retain WAL for as long as it exists.
+                repl.drop_slot(&cfg.slot, true).await?;
+                tracing::info!(slot = %cfg.slot, "snapshot.mode = initial_only: snapshot durable, replication slot dropped");
                 return Ok(());
             }
             (cp, cp)
@@ -451,20 +447,23 @@ async fn run(
 }
 
 async fn send(tx: &mpsc::Sender<ChangeBatch>, b: ChangeBatch) -> Result<(), SourceError> {
-    tx.send(b).await.map_err(|_| SourceError::Transient {
-        what: "postgres source".into(),
-        detail: "the pipeline stopped".into(),
-    })
+    tx.send(b)
+        .await
+        .map_err(|_| SourceError::transient("postgres source", "the pipeline stopped"))
 }
 
-/// Waits (bounded) until the pipeline reports `lsn` durable or goes away.
-async fn wait_durable(ctx: &mut SourceContext, lsn: Lsn) {
+/// Waits (bounded) until the pipeline reports `lsn` durable; false if it did not (it went
+/// away, or a minute passed).
+async fn wait_durable(ctx: &mut SourceContext, lsn: Lsn) -> bool {
     let reached = |c: Option<&Checkpoint>| {
         c.and_then(Checkpoint::position)
             .and_then(durable_lsn)
             .is_some_and(|l| l >= lsn)
     };
-    let _ = tokio::time::timeout(Duration::from_secs(60), ctx.durable.wait_for(reached)).await;
+    matches!(
+        tokio::time::timeout(Duration::from_secs(60), ctx.durable.wait_for(reached)).await,
+        Ok(Ok(()))
+    )
 }
 
 struct OpenTx {
@@ -553,7 +552,7 @@ async fn stream(
             Some(e) = alarm_rx.recv() => break Err(e),
             m = stream.next_message() => match m {
                 Ok(Some(x)) => x,
-                Ok(None) => break Err(SourceError::Transient { what: "replication stream".into(), detail: "ended".into() }),
+                Ok(None) => break Err(SourceError::transient("replication stream", "ended")),
                 Err(e) => break Err(replication_failure(&client, &cfg.slot, e).await),
             },
         };
@@ -982,16 +981,18 @@ fn escape_literal(s: &str) -> String {
 
 fn spill_err(e: SpillError) -> SourceError {
     if e.is_disk_full() {
-        SourceError::Transient {
-            what: "spilling a streamed transaction".into(),
-            detail: format!("{e}; free space on that disk or set source.spill_dir to a bigger one"),
-        }
+        SourceError::transient(
+            "spilling a streamed transaction",
+            format!("{e}; free space on that disk or set source.spill_dir to a bigger one"),
+        )
+        .caused_by(e)
     } else {
         definite(
             "spilling a streamed transaction",
             e.to_string(),
             "check that source.spill_dir is a writable local directory",
         )
+        .caused_by(e)
     }
 }
 
