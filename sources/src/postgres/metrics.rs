@@ -1,13 +1,23 @@
-//! The Postgres source's figures on the admin `/metrics`: the slot's retained WAL and
-//! `wal_status`, and the newest LSN durable in the log.
+//! The Postgres source's figures on the admin `/metrics` (the slot's retained WAL and
+//! `wal_status`, the newest LSN durable in the log) and the slot monitor that reads them.
 //!
 //! Registered once per source run in the [`Metrics`] the pipeline hands the source; the
-//! slot monitor updates them on every poll (`source.slot_monitor_interval_ms`), the
-//! acknowledgement path on every durable checkpoint.
+//! monitor updates them on every poll (`source.slot_monitor_interval_ms`). The monitor
+//! also emits the heartbeats (`source.heartbeat_interval_ms`) on the same connection:
+//! both exist to keep the slot's retained WAL bounded, and a crossing of
+//! `source.max_retained_wal` is an alarm, a lost slot a definite error.
 
 use cdc_schemas::metrics::{Gauge, Metrics};
 
-use super::source::SlotStatus;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::config::PgSourceConfig;
+use super::source::{definite, SlotStatus, HEARTBEAT_PREFIX};
+use super::stream_task::durable_lsn;
+use crate::SourceError;
 
 /// The gauges of one Postgres source.
 #[derive(Clone, Debug)]
@@ -41,5 +51,107 @@ impl PgMetrics {
             .set(s.retained_wal_bytes.unwrap_or(0));
         self.wal_status_lost
             .set((s.wal_status.as_deref() == Some("lost")) as u64);
+    }
+}
+
+/// Heartbeats and slot monitoring, on a connection of their own.
+pub(super) async fn monitor(
+    cfg: PgSourceConfig,
+    status: Arc<Mutex<SlotStatus>>,
+    metrics: PgMetrics,
+    durable: crate::Durable,
+    alarm: mpsc::Sender<SourceError>,
+) {
+    let mut client = None;
+    let mut hb = tokio::time::interval(cfg.heartbeat_interval.unwrap_or(Duration::from_secs(3600)));
+    let mut mon = tokio::time::interval(cfg.slot_monitor_interval.max(Duration::from_millis(100)));
+    hb.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    mon.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut warned_lost = false;
+    loop {
+        let heartbeat = tokio::select! {
+            _ = hb.tick() => true,
+            _ = mon.tick() => false,
+        };
+        if client.is_none() {
+            match cfg.endpoint.connect().await {
+                Ok(c) => client = Some(c),
+                Err(e) => {
+                    tracing::debug!(error = %e, "slot monitor cannot connect");
+                    continue;
+                }
+            }
+        }
+        let Some(c) = client.as_ref() else { continue };
+        if heartbeat {
+            if cfg.heartbeat_interval.is_none() {
+                continue;
+            }
+            if let Err(e) = c
+                .execute(
+                    "SELECT pg_logical_emit_message(false, $1, '')",
+                    &[&HEARTBEAT_PREFIX],
+                )
+                .await
+            {
+                tracing::debug!(error = %e, "heartbeat failed");
+                if e.is_closed() {
+                    client = None;
+                }
+            }
+            continue;
+        }
+        let row = c
+            .query_opt(
+                "SELECT (pg_current_wal_lsn() - restart_lsn)::int8, to_jsonb(s)->>'wal_status', confirmed_flush_lsn::text
+                 FROM pg_replication_slots s WHERE slot_name = $1",
+                &[&cfg.slot],
+            )
+            .await;
+        let row = match row {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "slot monitor query failed");
+                if e.is_closed() {
+                    client = None;
+                }
+                continue;
+            }
+        };
+        let retained: Option<i64> = row.get(0);
+        let wal_status: Option<String> = row.get(1);
+        let confirmed: Option<String> = row.get(2);
+        let retained = retained.map(|r| r.max(0) as u64);
+        {
+            let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
+            s.retained_wal_bytes = retained;
+            s.wal_status = wal_status.clone();
+            s.confirmed_flush_lsn = confirmed.and_then(|c| c.parse().ok());
+            metrics.observe(&s);
+            if let Some(lsn) = durable.position_with(durable_lsn) {
+                metrics.durable_lsn.set(lsn.0);
+            }
+            tracing::debug!(slot = %cfg.slot, retained_wal_bytes = ?retained, wal_status = ?wal_status, "slot status");
+            if let (Some(limit), Some(r)) = (cfg.max_retained_wal, retained) {
+                if r > limit && !s.over_limit {
+                    s.over_limit = true;
+                    tracing::warn!(slot = %cfg.slot, retained_wal_bytes = r, max_retained_wal = limit, "ALARM: the replication slot retains more WAL than source.max_retained_wal; is the connector keeping up (pipeline, disk)?");
+                } else if r <= limit && s.over_limit {
+                    s.over_limit = false;
+                    tracing::info!(slot = %cfg.slot, retained_wal_bytes = r, "retained WAL is back under source.max_retained_wal");
+                }
+            }
+        }
+        if wal_status.as_deref() == Some("lost") && !warned_lost {
+            warned_lost = true;
+            let _ = alarm
+                .send(definite(
+                    format!("replication slot {:?}", cfg.slot),
+                    "the slot was invalidated (wal_status = lost): the server removed WAL it still needed",
+                    "set snapshot.mode = \"when_needed\" and restart to take a new snapshot, or start over with an empty log dir; raise max_slot_wal_keep_size to prevent it",
+                ))
+                .await;
+        }
     }
 }

@@ -25,9 +25,11 @@ pub mod pgoutput;
 pub mod protocol;
 pub mod relation;
 pub mod replication;
+pub mod setup;
 pub mod snapshot;
 pub mod source;
 pub mod spill;
+pub mod stream;
 pub mod stream_task;
 
 pub use config::{PgSettings, PgSourceConfig};
