@@ -19,7 +19,8 @@
 //!
 //! Submodules: [`config`] (options), [`connect`] (type mapping), [`json`], [`avro`],
 //! [`avro_schema`], [`envelope`] (event → records, tombstones, key changes), [`topic`]
-//! (topic names and routing), [`temporal`] and [`convert`] (value conversions).
+//! (topic names and routing), [`temporal`] and [`convert`] (value conversions); private:
+//! `record_schema` (the Connect schemas of envelopes and messages), `memo`.
 
 pub mod avro;
 pub mod avro_schema;
@@ -29,6 +30,7 @@ pub mod convert;
 pub mod envelope;
 pub mod json;
 mod memo;
+mod record_schema;
 pub mod temporal;
 pub mod topic;
 
@@ -41,6 +43,7 @@ pub use config::{
 pub use connect::{ConnectField, ConnectSchema, ConnectType};
 pub use convert::ValueError;
 pub use envelope::{Record, RecordBuf, RecordKind, RecordSpan, HEADER_NEW_KEY, HEADER_OLD_KEY};
+pub use record_schema::{source_schema, transaction_schema};
 pub use topic::{RouteRule, TopicRouter};
 
 use crate::event::{ChangeEvent, Op, TransactionInfo};
@@ -172,7 +175,7 @@ impl Encoder {
             Some(ConnectSchema::strukt(format!("{base}.Key"), key_fields))
         };
         let row_schema = ConnectSchema::strukt(format!("{base}.Value"), fields).optional();
-        let value_schema = envelope_schema(config, &base, row_schema);
+        let value_schema = record_schema::envelope_schema(config, &base, row_schema);
         let db = match config.source.connector {
             ConnectorKind::Postgres => config.source.database.clone(),
             ConnectorKind::MySql | ConnectorKind::MariaDb => table.id.schema.clone(),
@@ -202,42 +205,11 @@ impl Encoder {
                 connector: config.source.connector.name(),
             });
         }
-        let key_schema = ConnectSchema::strukt(
-            "io.debezium.connector.postgresql.MessageKey",
-            vec![ConnectField::new(
-                "prefix",
-                ConnectSchema::of(ConnectType::String).optional(),
-            )],
-        )
-        .version(1);
-        let content = match config.binary_handling_mode {
-            BinaryHandlingMode::Bytes => ConnectSchema::of(ConnectType::Bytes),
-            _ => ConnectSchema::of(ConnectType::String),
-        };
-        let block = ConnectSchema::strukt(
-            "io.debezium.connector.postgresql.Message",
-            vec![
-                ConnectField::new("prefix", ConnectSchema::of(ConnectType::String).optional()),
-                ConnectField::new("content", content.optional()),
-            ],
-        )
-        .version(1);
-        let value_schema = ConnectSchema::strukt(
-            "io.debezium.connector.postgresql.MessageValue",
-            vec![
-                ConnectField::new("op", ConnectSchema::of(ConnectType::String)),
-                ConnectField::new("ts_ms", ConnectSchema::of(ConnectType::Int64).optional()),
-                ConnectField::new("source", source_schema(config)),
-                ConnectField::new("transaction", transaction_schema()),
-                ConnectField::new("message", block),
-            ],
-        )
-        .version(1);
         Self::assemble(
             config,
             Target::Message,
-            Some(key_schema),
-            value_schema,
+            Some(record_schema::message_key_schema()),
+            record_schema::message_value_schema(config),
             &config.source.database.clone(),
             "",
             "",
@@ -949,91 +921,4 @@ fn write_tx_avro(out: &mut Vec<u8>, tx: Option<&TransactionInfo>) {
         }
         None => avro::write_long(out, 0),
     }
-}
-
-/// The `source` block's Connect schema (Debezium 3.x field order).
-pub fn source_schema(config: &EncoderConfig) -> ConnectSchema {
-    use ConnectType as T;
-    let s = |t: T| ConnectSchema::of(t);
-    let snapshot = ConnectSchema::of(T::String)
-        .named("io.debezium.data.Enum", 1)
-        .param(
-            "allowed",
-            "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental",
-        )
-        .optional();
-    let snapshot = ConnectSchema {
-        default: Some("false".to_string()),
-        ..snapshot
-    };
-    let mut fields = vec![
-        ConnectField::new("version", s(T::String)),
-        ConnectField::new("connector", s(T::String)),
-        ConnectField::new("name", s(T::String)),
-        ConnectField::new("ts_ms", s(T::Int64)),
-        ConnectField::new("snapshot", snapshot),
-        ConnectField::new("db", s(T::String)),
-        ConnectField::new("sequence", s(T::String).optional()),
-        ConnectField::new("ts_us", s(T::Int64).optional()),
-        ConnectField::new("ts_ns", s(T::Int64).optional()),
-    ];
-    match config.source.connector {
-        ConnectorKind::Postgres => fields.extend([
-            ConnectField::new("schema", s(T::String)),
-            ConnectField::new("table", s(T::String)),
-            ConnectField::new("txId", s(T::Int64).optional()),
-            ConnectField::new("lsn", s(T::Int64).optional()),
-            ConnectField::new("xmin", s(T::Int64).optional()),
-            ConnectField::new("origin", s(T::String).optional()),
-            ConnectField::new("origin_lsn", s(T::Int64).optional()),
-        ]),
-        ConnectorKind::MySql | ConnectorKind::MariaDb => fields.extend([
-            ConnectField::new("table", s(T::String).optional()),
-            ConnectField::new("server_id", s(T::Int64)),
-            ConnectField::new("gtid", s(T::String).optional()),
-            ConnectField::new("file", s(T::String)),
-            ConnectField::new("pos", s(T::Int64)),
-            ConnectField::new("row", s(T::Int32)),
-            ConnectField::new("thread", s(T::Int64).optional()),
-            ConnectField::new("query", s(T::String).optional()),
-        ]),
-    }
-    ConnectSchema::strukt(config.source.connector.source_schema_name(), fields).version(1)
-}
-
-/// Debezium's `event.block` transaction schema.
-pub fn transaction_schema() -> ConnectSchema {
-    ConnectSchema::strukt(
-        "event.block",
-        vec![
-            ConnectField::new("id", ConnectSchema::of(ConnectType::String)),
-            ConnectField::new("total_order", ConnectSchema::of(ConnectType::Int64)),
-            ConnectField::new(
-                "data_collection_order",
-                ConnectSchema::of(ConnectType::Int64),
-            ),
-        ],
-    )
-    .version(1)
-    .optional()
-}
-
-/// The envelope: before, after, source, transaction, op, ts_ms, ts_us, ts_ns (version 2,
-/// as Debezium 3.x emits it).
-fn envelope_schema(config: &EncoderConfig, base: &str, row: ConnectSchema) -> ConnectSchema {
-    let i64o = || ConnectSchema::of(ConnectType::Int64).optional();
-    ConnectSchema::strukt(
-        format!("{base}.Envelope"),
-        vec![
-            ConnectField::new("before", row.clone()),
-            ConnectField::new("after", row),
-            ConnectField::new("source", source_schema(config)),
-            ConnectField::new("transaction", transaction_schema()),
-            ConnectField::new("op", ConnectSchema::of(ConnectType::String)),
-            ConnectField::new("ts_ms", i64o()),
-            ConnectField::new("ts_us", i64o()),
-            ConnectField::new("ts_ns", i64o()),
-        ],
-    )
-    .version(2)
 }
