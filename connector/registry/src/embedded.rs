@@ -22,21 +22,25 @@
 //!
 //! Errors with Confluent codes that [`RegistryError`] has no variant for (40404–40408) are
 //! `RegistryError::Other` with that code; see [`codes`].
+//!
+//! This file is the public API: locking, and each call as a plan from the state followed
+//! by a commit. `state` holds the in-memory state and its rules (what a record changes,
+//! what a write takes or why it is refused) and does no I/O; `persist` owns the
+//! `_schemas` topic (replay at open, durable commits).
 
-use std::collections::{BTreeMap, HashMap};
+mod persist;
+mod state;
+
 use std::sync::{Arc, Mutex, RwLock};
 
-use cdc_log::{CleanupPolicy, Log, LogError, NewRecord, StartAt, Topic, TopicConfig};
-use cdc_schemas::compat::{check_compatibility, CompatibilityLevel};
+use cdc_log::{Log, Topic};
+use cdc_schemas::compat::CompatibilityLevel;
 use cdc_schemas::registry::{
-    RegisteredSchema, RegistryError, RegistryFuture, Schema, SchemaReference, SchemaRegistry,
-    SchemaType, VersionRef,
+    RegisteredSchema, RegistryError, RegistryFuture, Schema, SchemaRegistry, VersionRef,
 };
 
-use crate::canon::{self, CanonKey};
-use crate::store::{
-    ConfigValue, DeleteSubjectValue, Key, RefValue, SchemaValue, WatermarkValue, TOPIC,
-};
+use crate::store::{ConfigValue, Key};
+use state::{compat_problems, registered, Registration, State, VersionEntry};
 
 /// Confluent error codes without their own [`RegistryError`] variant.
 pub mod codes {
@@ -61,23 +65,6 @@ fn other(status: u16, code: u32, message: String) -> RegistryError {
 pub struct EmbeddedOptions {
     /// The level used when neither the subject nor the global config sets one.
     pub default_compatibility: CompatibilityLevel,
-}
-
-#[derive(Clone, Debug)]
-struct VersionEntry {
-    id: u32,
-    deleted: bool,
-    schema: Arc<Schema>,
-}
-
-#[derive(Default)]
-struct State {
-    subjects: BTreeMap<String, BTreeMap<u32, VersionEntry>>,
-    ids: HashMap<u32, Arc<Schema>>,
-    by_key: HashMap<CanonKey, u32>,
-    next_id: u32,
-    configs: BTreeMap<String, CompatibilityLevel>,
-    global: Option<CompatibilityLevel>,
 }
 
 struct Inner {
@@ -105,270 +92,6 @@ impl std::fmt::Debug for EmbeddedRegistry {
     }
 }
 
-fn storage(e: LogError) -> RegistryError {
-    RegistryError::Storage {
-        transient: e.is_transient(),
-        detail: e.to_string(),
-    }
-}
-
-fn parse_level(s: &str) -> Option<CompatibilityLevel> {
-    s.parse().ok()
-}
-
-fn schema_type_from_str(s: &str) -> SchemaType {
-    match s {
-        "JSON" => SchemaType::Json,
-        "PROTOBUF" => SchemaType::Protobuf,
-        _ => SchemaType::Avro,
-    }
-}
-
-/// One record to write: key and value (`None` = tombstone).
-type Write = (Key, Option<Vec<u8>>);
-
-impl State {
-    /// Applies one `_schemas` record (replay and live writes share this).
-    fn apply(&mut self, key: &Key, value: Option<&[u8]>) -> Result<(), String> {
-        match key {
-            Key::Schema { subject, version } => match value {
-                None => {
-                    let mut gone = None;
-                    if let Some(vs) = self.subjects.get_mut(subject) {
-                        gone = vs.remove(version).map(|e| e.id);
-                        if vs.is_empty() {
-                            self.subjects.remove(subject);
-                        }
-                    }
-                    if let Some(id) = gone {
-                        let used = self
-                            .subjects
-                            .values()
-                            .any(|vs| vs.values().any(|e| e.id == id));
-                        if !used {
-                            self.ids.remove(&id);
-                            self.by_key.retain(|_, v| *v != id);
-                        }
-                    }
-                }
-                Some(bytes) => {
-                    let v: SchemaValue = serde_json::from_slice(bytes)
-                        .map_err(|e| format!("bad SCHEMA value: {e}"))?;
-                    let schema = Arc::new(Schema {
-                        schema_type: schema_type_from_str(&v.schema_type),
-                        text: v.schema,
-                        references: v
-                            .references
-                            .into_iter()
-                            .map(|r| SchemaReference {
-                                name: r.name,
-                                subject: r.subject,
-                                version: r.version,
-                            })
-                            .collect(),
-                    });
-                    let schema = self.ids.entry(v.id).or_insert(schema).clone();
-                    self.next_id = self.next_id.max(v.id.saturating_add(1));
-                    self.subjects.entry(subject.clone()).or_default().insert(
-                        *version,
-                        VersionEntry {
-                            id: v.id,
-                            deleted: v.deleted,
-                            schema,
-                        },
-                    );
-                }
-            },
-            Key::Config { subject } => {
-                let level = match value {
-                    None => None,
-                    Some(bytes) => {
-                        let v: ConfigValue = serde_json::from_slice(bytes)
-                            .map_err(|e| format!("bad CONFIG value: {e}"))?;
-                        Some(parse_level(&v.compatibility_level).ok_or_else(|| {
-                            format!("bad compatibility level {:?}", v.compatibility_level)
-                        })?)
-                    }
-                };
-                match (subject, level) {
-                    (None, l) => self.global = l,
-                    (Some(s), Some(l)) => {
-                        self.configs.insert(s.clone(), l);
-                    }
-                    (Some(s), None) => {
-                        self.configs.remove(s);
-                    }
-                }
-            }
-            Key::DeleteSubject { subject } => {
-                if let Some(bytes) = value {
-                    let v: DeleteSubjectValue = serde_json::from_slice(bytes)
-                        .map_err(|e| format!("bad DELETE_SUBJECT value: {e}"))?;
-                    if let Some(vs) = self.subjects.get_mut(subject) {
-                        for (_, e) in vs.range_mut(..=v.version) {
-                            e.deleted = true;
-                        }
-                    }
-                }
-            }
-            Key::IdWatermark => {
-                if let Some(bytes) = value {
-                    let v: WatermarkValue = serde_json::from_slice(bytes)
-                        .map_err(|e| format!("bad ID_WATERMARK value: {e}"))?;
-                    self.next_id = self.next_id.max(v.next_id);
-                }
-            }
-            Key::Unknown => {}
-        }
-        Ok(())
-    }
-
-    /// Texts of the schemas `refs` name, in order.
-    fn resolve_refs(&self, refs: &[SchemaReference]) -> Result<Vec<String>, RegistryError> {
-        refs.iter()
-            .map(|r| {
-                self.subjects
-                    .get(&r.subject)
-                    .and_then(|vs| vs.get(&r.version))
-                    .map(|e| e.schema.text.clone())
-                    .ok_or_else(|| RegistryError::InvalidSchema {
-                        reason: format!(
-                            "reference {:?} names subject {} version {}, which does not exist",
-                            r.name, r.subject, r.version
-                        ),
-                    })
-            })
-            .collect()
-    }
-
-    fn parse(&self, schema: &Schema) -> Result<canon::Parsed, RegistryError> {
-        let refs = self.resolve_refs(&schema.references)?;
-        canon::parse(schema, &refs)
-    }
-
-    fn level(&self, subject: Option<&str>, default: CompatibilityLevel) -> CompatibilityLevel {
-        subject
-            .and_then(|s| self.configs.get(s).copied())
-            .or(self.global)
-            .unwrap_or(default)
-    }
-
-    fn live_versions(&self, subject: &str) -> Vec<(u32, &VersionEntry)> {
-        self.subjects
-            .get(subject)
-            .map(|vs| {
-                vs.iter()
-                    .filter(|(_, e)| !e.deleted)
-                    .map(|(v, e)| (*v, e))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    fn find_version(
-        &self,
-        subject: &str,
-        version: VersionRef,
-        include_deleted: bool,
-    ) -> Result<(u32, &VersionEntry), RegistryError> {
-        let vs = self
-            .subjects
-            .get(subject)
-            .filter(|vs| include_deleted || vs.values().any(|e| !e.deleted))
-            .ok_or_else(|| RegistryError::SubjectNotFound {
-                subject: subject.to_string(),
-            })?;
-        let found = match version {
-            VersionRef::Latest => vs
-                .iter()
-                .rev()
-                .find(|(_, e)| include_deleted || !e.deleted)
-                .map(|(v, e)| (*v, e)),
-            VersionRef::Number(n) => vs
-                .get(&n)
-                .filter(|e| include_deleted || !e.deleted)
-                .map(|e| (n, e)),
-        };
-        found.ok_or_else(|| RegistryError::VersionNotFound {
-            subject: subject.to_string(),
-            version: match version {
-                VersionRef::Latest => "latest".to_string(),
-                VersionRef::Number(n) => n.to_string(),
-            },
-        })
-    }
-}
-
-fn schema_value(subject: &str, version: u32, id: u32, schema: &Schema, deleted: bool) -> Vec<u8> {
-    serde_json::to_vec(&SchemaValue {
-        subject: subject.to_string(),
-        version,
-        id,
-        schema: schema.text.clone(),
-        schema_type: schema.schema_type.as_str().to_string(),
-        references: schema
-            .references
-            .iter()
-            .map(|r| RefValue {
-                name: r.name.clone(),
-                subject: r.subject.clone(),
-                version: r.version,
-            })
-            .collect(),
-        deleted,
-    })
-    .expect("json")
-}
-
-fn registered(subject: &str, version: u32, e: &VersionEntry) -> RegisteredSchema {
-    RegisteredSchema {
-        subject: subject.to_string(),
-        version,
-        id: e.id,
-        schema: (*e.schema).clone(),
-    }
-}
-
-/// Compatibility problems of `new` against `previous` (oldest first) under `level`.
-fn compat_problems(
-    state: &State,
-    level: CompatibilityLevel,
-    new: &Schema,
-    new_parsed: &canon::Parsed,
-    previous: &[&VersionEntry],
-) -> Result<Vec<String>, RegistryError> {
-    if level == CompatibilityLevel::None || previous.is_empty() {
-        return Ok(Vec::new());
-    }
-    // Confluent refuses a change of schema type under any level but NONE.
-    if let Some(p) = previous
-        .iter()
-        .find(|p| p.schema.schema_type != new.schema_type)
-    {
-        return Ok(vec![format!(
-            "incompatible schema type: the subject holds {} schemas, the new one is {}",
-            p.schema.schema_type.as_str(),
-            new.schema_type.as_str()
-        )]);
-    }
-    let Some(new_avro) = &new_parsed.avro else {
-        tracing::warn!(
-            schema_type = new.schema_type.as_str(),
-            "no compatibility checker for this schema type; accepting the new version unchecked"
-        );
-        return Ok(Vec::new());
-    };
-    let mut olds = Vec::with_capacity(previous.len());
-    for p in previous {
-        let parsed = state.parse(&p.schema)?;
-        olds.push(parsed.avro.expect("avro parses to avro"));
-    }
-    Ok(match check_compatibility(level, new_avro, &olds) {
-        Ok(()) => Vec::new(),
-        Err(e) => e.problems,
-    })
-}
-
 impl EmbeddedRegistry {
     /// Opens (creating if needed) the registry stored in `log`, default level BACKWARD.
     pub fn open(log: Log) -> Result<EmbeddedRegistry, RegistryError> {
@@ -381,64 +104,7 @@ impl EmbeddedRegistry {
         log: Log,
         options: EmbeddedOptions,
     ) -> Result<EmbeddedRegistry, RegistryError> {
-        let config = TopicConfig {
-            partitions: 1,
-            retention_ms: None,
-            retention_bytes: None,
-            segment_ms: None,
-            segment_bytes: 16 << 20,
-            cleanup_policy: CleanupPolicy::COMPACT,
-            ..TopicConfig::default()
-        };
-        let topic = log.topic_or_create(TOPIC, config).map_err(storage)?;
-        let mut state = State {
-            next_id: 1,
-            ..State::default()
-        };
-        let mut reader = log.reader(TOPIC, 0, StartAt::Earliest).map_err(storage)?;
-        let mut records = 0u64;
-        loop {
-            let batch = reader.poll(1 << 20).map_err(storage)?;
-            if batch.is_empty() {
-                break;
-            }
-            for r in batch {
-                records += 1;
-                let Some(kb) = r.key.as_deref() else { continue };
-                let key = Key::decode(kb).map_err(|e| RegistryError::Storage {
-                    detail: format!("{TOPIC} offset {}: {e}", r.offset),
-                    transient: false,
-                })?;
-                state
-                    .apply(&key, r.value.as_deref())
-                    .map_err(|e| RegistryError::Storage {
-                        detail: format!("{TOPIC} offset {}: {e}", r.offset),
-                        transient: false,
-                    })?;
-            }
-        }
-        // Index every stored schema by identity (lowest id wins should two ids ever hold
-        // the same schema).
-        let mut ids: Vec<u32> = state.ids.keys().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            let schema = state.ids[&id].clone();
-            match state.parse(&schema) {
-                Ok(p) => {
-                    state.by_key.entry(p.key).or_insert(id);
-                }
-                Err(e) => {
-                    tracing::warn!(id, error = %e, "stored schema does not parse; it can be read by id but not matched")
-                }
-            }
-        }
-        tracing::info!(
-            records,
-            subjects = state.subjects.len(),
-            schemas = state.ids.len(),
-            next_id = state.next_id,
-            "schema registry loaded from {TOPIC}"
-        );
+        let (topic, state) = persist::load(&log)?;
         Ok(EmbeddedRegistry {
             inner: Arc::new(Inner {
                 log,
@@ -458,49 +124,6 @@ impl EmbeddedRegistry {
         self.inner.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends `writes`, flushes (keeping the log's checkpoint), then applies them to the
-    /// in-memory state. Caller holds the writer lock.
-    fn commit(
-        &self,
-        writes: &[Write],
-        new_key: Option<(CanonKey, u32)>,
-    ) -> Result<(), RegistryError> {
-        let now = cdc_log::now_ms();
-        let keys: Vec<Vec<u8>> = writes.iter().map(|(k, _)| k.encode()).collect();
-        let records: Vec<NewRecord<'_>> = writes
-            .iter()
-            .zip(&keys)
-            .map(|((_, v), k)| NewRecord::new(Some(k), v.as_deref(), now))
-            .collect();
-        let result = self
-            .inner
-            .topic
-            .append(0, &records)
-            .and_then(|_| self.inner.log.flush(None));
-        let mut state = self.inner.state.write().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = result {
-            // The records may still become durable with a later flush: never hand their
-            // id to another schema.
-            if let Some((_, id)) = &new_key {
-                state.next_id = state.next_id.max(id.saturating_add(1));
-            }
-            tracing::error!(error = %e, "schema registry write failed");
-            return Err(storage(e));
-        }
-        for (k, v) in writes {
-            state
-                .apply(k, v.as_deref())
-                .map_err(|e| RegistryError::Storage {
-                    detail: e,
-                    transient: false,
-                })?;
-        }
-        if let Some((key, id)) = new_key {
-            state.by_key.entry(key).or_insert(id);
-        }
-        Ok(())
-    }
-
     /// Registers `schema` under `subject` (blocking: may fsync). See [`SchemaRegistry::register`].
     pub fn register_sync(
         &self,
@@ -513,47 +136,17 @@ impl EmbeddedRegistry {
             });
         }
         let _w = self.writer();
-        let (writes, id, version, new_key) = {
-            let state = self.read();
-            let parsed = state.parse(schema)?;
-            // Already a live version of this subject?
-            for (v, e) in state.live_versions(subject) {
-                if state.by_key.get(&parsed.key) == Some(&e.id) {
-                    return Ok(registered(subject, v, e));
-                }
-            }
-            let level = state.level(Some(subject), self.inner.default_level);
-            let live: Vec<&VersionEntry> = state
-                .live_versions(subject)
-                .into_iter()
-                .map(|(_, e)| e)
-                .collect();
-            let problems = compat_problems(&state, level, schema, &parsed, &live)?;
-            if !problems.is_empty() {
-                return Err(RegistryError::Incompatible {
-                    subject: subject.to_string(),
-                    level,
-                    messages: problems,
-                });
-            }
-            let id = state
-                .by_key
-                .get(&parsed.key)
-                .copied()
-                .unwrap_or(state.next_id);
-            let version = state
-                .subjects
-                .get(subject)
-                .and_then(|vs| vs.keys().next_back().copied())
-                .unwrap_or(0)
-                + 1;
-            let key = Key::Schema {
-                subject: subject.to_string(),
+        let plan = self
+            .read()
+            .plan_register(subject, schema, self.inner.default_level)?;
+        let (writes, id, version, new_key) = match plan {
+            Registration::Exists(r) => return Ok(r),
+            Registration::New {
+                writes,
+                id,
                 version,
-            };
-            let writes = vec![(key, Some(schema_value(subject, version, id, schema, false)))];
-            let new_key = (!state.by_key.contains_key(&parsed.key)).then_some((parsed.key, id));
-            (writes, id, version, new_key)
+                new_key,
+            } => (writes, id, version, new_key),
         };
         let is_new = new_key.is_some();
         self.commit(&writes, new_key)?;
@@ -776,95 +369,7 @@ impl EmbeddedRegistry {
         permanent: bool,
     ) -> Result<Vec<u32>, RegistryError> {
         let _w = self.writer();
-        let (writes, versions) = {
-            let state = self.read();
-            let Some(vs) = state.subjects.get(subject) else {
-                return Err(RegistryError::SubjectNotFound {
-                    subject: subject.to_string(),
-                });
-            };
-            let live: Vec<u32> = vs
-                .iter()
-                .filter(|(_, e)| !e.deleted)
-                .map(|(v, _)| *v)
-                .collect();
-            if permanent {
-                if !live.is_empty() {
-                    return Err(other(
-                        404,
-                        codes::SUBJECT_NOT_SOFT_DELETED,
-                        format!("Subject '{subject}' was not deleted first before being permanently deleted"),
-                    ));
-                }
-                let mut writes: Vec<Write> = vec![(
-                    Key::IdWatermark,
-                    Some(
-                        serde_json::to_vec(&WatermarkValue {
-                            next_id: state.next_id,
-                        })
-                        .expect("json"),
-                    ),
-                )];
-                let all: Vec<u32> = vs.keys().copied().collect();
-                for v in &all {
-                    writes.push((
-                        Key::Schema {
-                            subject: subject.to_string(),
-                            version: *v,
-                        },
-                        None,
-                    ));
-                }
-                writes.push((
-                    Key::DeleteSubject {
-                        subject: subject.to_string(),
-                    },
-                    None,
-                ));
-                if state.configs.contains_key(subject) {
-                    writes.push((
-                        Key::Config {
-                            subject: Some(subject.to_string()),
-                        },
-                        None,
-                    ));
-                }
-                (writes, all)
-            } else {
-                if live.is_empty() {
-                    return Err(other(
-                        404,
-                        codes::SUBJECT_SOFT_DELETED,
-                        format!("Subject '{subject}' was soft deleted. Set permanent=true to delete permanently"),
-                    ));
-                }
-                let mut writes: Vec<Write> = Vec::new();
-                for v in &live {
-                    let e = &vs[v];
-                    writes.push((
-                        Key::Schema {
-                            subject: subject.to_string(),
-                            version: *v,
-                        },
-                        Some(schema_value(subject, *v, e.id, &e.schema, true)),
-                    ));
-                }
-                let max = *live.last().expect("non-empty");
-                writes.push((
-                    Key::DeleteSubject {
-                        subject: subject.to_string(),
-                    },
-                    Some(
-                        serde_json::to_vec(&DeleteSubjectValue {
-                            subject: subject.to_string(),
-                            version: max,
-                        })
-                        .expect("json"),
-                    ),
-                ));
-                (writes, live)
-            }
-        };
+        let (writes, versions) = self.read().plan_delete_subject(subject, permanent)?;
         self.commit(&writes, None)?;
         tracing::info!(subject, permanent, ?versions, "deleted subject");
         Ok(versions)
@@ -879,50 +384,9 @@ impl EmbeddedRegistry {
         permanent: bool,
     ) -> Result<u32, RegistryError> {
         let _w = self.writer();
-        let writes = {
-            let state = self.read();
-            // Soft delete needs a live version; permanent delete a soft-deleted one.
-            // A numbered version is found even when soft-deleted (to say so: 40406);
-            // "latest" means the latest live one, or for a permanent delete the latest.
-            let include_deleted = permanent || matches!(version, VersionRef::Number(_));
-            let (v, e) = state.find_version(subject, version, include_deleted)?;
-            let key = Key::Schema {
-                subject: subject.to_string(),
-                version: v,
-            };
-            if permanent {
-                if !e.deleted {
-                    return Err(other(
-                        404,
-                        codes::VERSION_NOT_SOFT_DELETED,
-                        format!("Subject '{subject}' Version {v} was not deleted first before being permanently deleted"),
-                    ));
-                }
-                let watermark = (
-                    Key::IdWatermark,
-                    Some(
-                        serde_json::to_vec(&WatermarkValue {
-                            next_id: state.next_id,
-                        })
-                        .expect("json"),
-                    ),
-                );
-                (vec![watermark, (key, None)], v)
-            } else {
-                if e.deleted {
-                    return Err(other(
-                        404,
-                        codes::VERSION_SOFT_DELETED,
-                        format!("Subject '{subject}' Version {v} was soft deleted. Set permanent=true to delete permanently"),
-                    ));
-                }
-                (
-                    vec![(key, Some(schema_value(subject, v, e.id, &e.schema, true)))],
-                    v,
-                )
-            }
-        };
-        let (writes, v) = writes;
+        let (writes, v) = self
+            .read()
+            .plan_delete_version(subject, version, permanent)?;
         self.commit(&writes, None)?;
         tracing::info!(subject, version = v, permanent, "deleted version");
         Ok(v)

@@ -13,14 +13,18 @@
 //!
 //! Confluent wire format: `0x00`, the schema id as 4 bytes big-endian, the datum.
 //!
+//! `AvroWriter` is the Avro side of the encoder's format seam (`writer.rs`): frames,
+//! union indexes, and nothing for field names or struct ends.
+//!
 //! Invariant: `write_value` writes exactly the datum the schema derived for the same
 //! [`Conv`] by [`crate::encode::avro_schema`] describes.
 
 use crate::encode::config::BinaryHandlingMode;
 use crate::encode::connect::{ColumnPlan, Conv};
 use crate::encode::convert::{self, mismatch, ValueError};
-use crate::encode::json::unchanged_not_representable;
+use crate::encode::json::{self, unchanged_not_representable};
 use crate::encode::temporal;
+use crate::encode::writer::{Field, FormatWriter, IdsMissing};
 use crate::value::{Row, Value};
 
 /// Appends the Confluent wire-format header.
@@ -301,6 +305,103 @@ pub(crate) fn write_row<'p>(
         write_value(buf, &p.conv, v, placeholder).map_err(|e| (p, e))?;
     }
     Ok(())
+}
+
+/// The Avro [`FormatWriter`]: records framed with their schema id, fields positional,
+/// unions tagged with the branch index.
+pub(crate) struct AvroWriter;
+
+impl FormatWriter for AvroWriter {
+    const MEMOIZE: bool = false;
+
+    #[inline]
+    fn open_key(&self, out: &mut Vec<u8>, id: Option<u32>) -> Result<(), IdsMissing> {
+        write_frame(out, id.ok_or(IdsMissing)?);
+        Ok(())
+    }
+
+    #[inline]
+    fn close_key(&self, _out: &mut Vec<u8>) {}
+
+    #[inline]
+    fn open_value(&self, out: &mut Vec<u8>, id: Option<u32>) -> Result<(), IdsMissing> {
+        write_frame(out, id.ok_or(IdsMissing)?);
+        Ok(())
+    }
+
+    #[inline]
+    fn close_value(&self, _out: &mut Vec<u8>) {}
+
+    #[inline]
+    fn field(&self, _out: &mut Vec<u8>, _f: Field) {}
+
+    #[inline]
+    fn end_struct(&self, _out: &mut Vec<u8>) {}
+
+    #[inline]
+    fn branch(&self, out: &mut Vec<u8>, index: i64) {
+        write_long(out, index);
+    }
+
+    #[inline]
+    fn null(&self, out: &mut Vec<u8>) {
+        write_long(out, 0);
+    }
+
+    #[inline]
+    fn string(&self, out: &mut Vec<u8>, s: &str) {
+        write_string(out, s);
+    }
+
+    #[inline]
+    fn symbol(&self, out: &mut Vec<u8>, s: &'static str) {
+        write_string(out, s);
+    }
+
+    #[inline]
+    fn long(&self, out: &mut Vec<u8>, v: i64) {
+        write_long(out, v);
+    }
+
+    #[inline]
+    fn pg_sequence(&self, out: &mut Vec<u8>, commit_lsn: u64, lsn: u64) {
+        // At most 47 bytes: fits write_formatted's one-byte length, no allocation.
+        write_formatted(out, |seq| {
+            seq.push(b'[');
+            if commit_lsn == 0 {
+                seq.extend_from_slice(b"null");
+            } else {
+                seq.push(b'"');
+                json::write_u64(seq, commit_lsn);
+                seq.push(b'"');
+            }
+            seq.extend_from_slice(b",\"");
+            json::write_u64(seq, lsn);
+            seq.extend_from_slice(b"\"]");
+        });
+    }
+
+    #[inline]
+    fn row<'p>(
+        &self,
+        out: &mut Vec<u8>,
+        plans: &'p [ColumnPlan],
+        row: &Row,
+        placeholder: &str,
+    ) -> Result<(), (&'p ColumnPlan, ValueError)> {
+        write_row(out, plans, row, placeholder)
+    }
+
+    #[inline]
+    fn value(
+        &self,
+        out: &mut Vec<u8>,
+        conv: &Conv,
+        v: &Value,
+        placeholder: &str,
+    ) -> Result<(), ValueError> {
+        write_value(out, conv, v, placeholder)
+    }
 }
 
 #[cfg(test)]

@@ -3,9 +3,11 @@
 //! Owns: JSON string escaping, number formatting (NaN and ±infinity as the strings
 //! `"NaN"`, `"Infinity"`, `"-Infinity"`, as Jackson writes them for the JSON converter),
 //! the payload form of every `Conv`, and the rendering of a [`ConnectSchema`] as the
-//! converter's `"schema"` object (key order as `JsonConverter.asJsonSchema` emits it).
+//! converter's `"schema"` object (key order as `JsonConverter.asJsonSchema` emits it),
+//! and `JsonWriter`, the JSON side of the encoder's format seam (`writer.rs`): keys,
+//! braces, `null`s and the schemas-enabled wrapper around a record.
 //!
-//! Invariant: every function appends exactly one complete JSON value (or nothing on
+//! Invariant: every value function appends exactly one complete JSON value (or nothing on
 //! error, except that a failed row may leave a partial value the caller discards by
 //! truncating to its saved length).
 
@@ -15,6 +17,7 @@ use crate::encode::config::BinaryHandlingMode;
 use crate::encode::connect::{ColumnPlan, ConnectSchema, ConnectType, Conv};
 use crate::encode::convert::{self, mismatch, ValueError};
 use crate::encode::temporal;
+use crate::encode::writer::{Field, FormatWriter, IdsMissing};
 use crate::value::{Row, Value};
 
 /// Appends `s` as a JSON string (quotes included). Only `"`, `\` and control characters
@@ -444,6 +447,141 @@ pub fn write_connect_schema(buf: &mut Vec<u8>, s: &ConnectSchema, field: Option<
         write_str(buf, f);
     }
     buf.push(b'}');
+}
+
+/// The JSON converter's [`FormatWriter`]: struct fields are named, unions untagged, and a
+/// record with schemas enabled is wrapped as `{"schema":…,"payload":<record>}`.
+pub(crate) struct JsonWriter {
+    /// `{"schema":<schema>,"payload":` with schemas enabled, else empty; a non-empty head
+    /// is closed by one `}` after the record.
+    key_head: Vec<u8>,
+    value_head: Vec<u8>,
+}
+
+impl JsonWriter {
+    pub(crate) fn new(
+        schemas_enable: bool,
+        key: Option<&ConnectSchema>,
+        value: &ConnectSchema,
+    ) -> JsonWriter {
+        let head = |s: &ConnectSchema| {
+            let mut b = Vec::new();
+            if schemas_enable {
+                b.extend_from_slice(b"{\"schema\":");
+                write_connect_schema(&mut b, s, None);
+                b.extend_from_slice(b",\"payload\":");
+            }
+            b
+        };
+        JsonWriter {
+            key_head: key.map(head).unwrap_or_default(),
+            value_head: head(value),
+        }
+    }
+}
+
+impl FormatWriter for JsonWriter {
+    const MEMOIZE: bool = true;
+
+    #[inline]
+    fn open_key(&self, out: &mut Vec<u8>, _id: Option<u32>) -> Result<(), IdsMissing> {
+        out.extend_from_slice(&self.key_head);
+        Ok(())
+    }
+
+    #[inline]
+    fn close_key(&self, out: &mut Vec<u8>) {
+        if !self.key_head.is_empty() {
+            out.push(b'}');
+        }
+    }
+
+    #[inline]
+    fn open_value(&self, out: &mut Vec<u8>, _id: Option<u32>) -> Result<(), IdsMissing> {
+        out.extend_from_slice(&self.value_head);
+        Ok(())
+    }
+
+    #[inline]
+    fn close_value(&self, out: &mut Vec<u8>) {
+        if !self.value_head.is_empty() {
+            out.push(b'}');
+        }
+    }
+
+    #[inline]
+    fn field(&self, out: &mut Vec<u8>, f: Field) {
+        out.extend_from_slice(f.json);
+    }
+
+    #[inline]
+    fn end_struct(&self, out: &mut Vec<u8>) {
+        out.push(b'}');
+    }
+
+    #[inline]
+    fn branch(&self, _out: &mut Vec<u8>, _index: i64) {}
+
+    #[inline]
+    fn null(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"null");
+    }
+
+    #[inline]
+    fn string(&self, out: &mut Vec<u8>, s: &str) {
+        write_str(out, s);
+    }
+
+    #[inline]
+    fn symbol(&self, out: &mut Vec<u8>, s: &'static str) {
+        debug_assert!(!s.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\'));
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
+
+    #[inline]
+    fn long(&self, out: &mut Vec<u8>, v: i64) {
+        write_i64(out, v);
+    }
+
+    #[inline]
+    fn pg_sequence(&self, out: &mut Vec<u8>, commit_lsn: u64, lsn: u64) {
+        // The array's quotes escaped inside the string, written directly: no escaping pass.
+        out.extend_from_slice(b"\"[");
+        if commit_lsn == 0 {
+            out.extend_from_slice(b"null");
+        } else {
+            out.extend_from_slice(b"\\\"");
+            write_u64(out, commit_lsn);
+            out.extend_from_slice(b"\\\"");
+        }
+        out.extend_from_slice(b",\\\"");
+        write_u64(out, lsn);
+        out.extend_from_slice(b"\\\"]\"");
+    }
+
+    #[inline]
+    fn row<'p>(
+        &self,
+        out: &mut Vec<u8>,
+        plans: &'p [ColumnPlan],
+        row: &Row,
+        placeholder: &str,
+    ) -> Result<(), (&'p ColumnPlan, ValueError)> {
+        write_row(out, plans, row, placeholder)
+    }
+
+    #[inline]
+    fn value(
+        &self,
+        out: &mut Vec<u8>,
+        conv: &Conv,
+        v: &Value,
+        placeholder: &str,
+    ) -> Result<(), ValueError> {
+        write_value(out, conv, v, placeholder)
+    }
 }
 
 #[cfg(test)]

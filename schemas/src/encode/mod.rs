@@ -3,10 +3,17 @@
 //!
 //! An [`Encoder`] is built once per table schema version (or once for Postgres logical
 //! decoding messages). Building it derives everything that does not depend on the row:
-//! the Connect key and value schemas, their Avro schema JSON, the JSON `"schema"` heads,
-//! the escaped JSON field names and the constant parts of the `source` block in both
-//! encodings. Encoding a row then only walks the per-column `connect::Conv` plans and
-//! appends to the caller's buffer: no schema lookups, no name formatting, no JSON trees.
+//! the Connect key and value schemas, their Avro schema JSON, the JSON `"schema"` heads
+//! and the constant parts of the `source` block in the configured format (JSON field
+//! names are compile-time constants). Encoding a row then only walks the per-column
+//! `connect::Conv` plans and appends to the caller's buffer: no schema lookups, no name
+//! formatting, no JSON trees.
+//!
+//! This module holds the public API and what each record is made of (key, envelope,
+//! message), written once for every format against the `writer::FormatWriter` seam;
+//! `json.rs` and `avro.rs` implement it. Each entry point picks the format once
+//! (`writer::with_writer!`), so the shared code is monomorphised per format and the hot
+//! path has no dynamic dispatch.
 //!
 //! Invariants:
 //! - `encode_*` append to the buffer and, on error, truncate it back to its length on
@@ -19,7 +26,9 @@
 //!
 //! Submodules: [`config`] (options), [`connect`] (type mapping), [`json`], [`avro`],
 //! [`avro_schema`], [`envelope`] (event → records, tombstones, key changes), [`topic`]
-//! (topic names and routing), [`temporal`] and [`convert`] (value conversions).
+//! (topic names and routing), [`temporal`] and [`convert`] (value conversions); private:
+//! `writer` (the format seam), `source` (the `source` and `transaction` blocks),
+//! `record_schema` (the Connect schemas of envelopes and messages), `memo`.
 
 pub mod avro;
 pub mod avro_schema;
@@ -29,8 +38,11 @@ pub mod convert;
 pub mod envelope;
 pub mod json;
 mod memo;
+mod record_schema;
+mod source;
 pub mod temporal;
 pub mod topic;
+mod writer;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -41,13 +53,15 @@ pub use config::{
 pub use connect::{ConnectField, ConnectSchema, ConnectType};
 pub use convert::ValueError;
 pub use envelope::{Record, RecordBuf, RecordKind, RecordSpan, HEADER_NEW_KEY, HEADER_OLD_KEY};
+pub use record_schema::{source_schema, transaction_schema};
 pub use topic::{RouteRule, TopicRouter};
 
-use crate::event::{ChangeEvent, Op, TransactionInfo};
-use crate::position::SourcePosition;
+use crate::event::{ChangeEvent, Op};
 use crate::table::TableSchema;
-use crate::value::Row;
+use crate::value::{Row, Value};
 use connect::{ColumnPlan, Conv};
+use source::SourcePieces;
+use writer::{field, with_writer, AnyWriter, FormatWriter, IdsMissing};
 
 /// Why a record could not be encoded. Each variant says what to do about it.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -133,19 +147,10 @@ pub struct Encoder {
     avro_key: Option<String>,
     avro_value: String,
     ids: Option<SchemaIds>,
-    /// `{"schema":<schema>,"payload":` for schemas-enabled JSON, else empty.
-    json_key_head: Vec<u8>,
-    json_value_head: Vec<u8>,
-    /// JSON `source` pieces: `{"version":…,"connector":…,"name":…,"ts_ms":`, then
-    /// `,"db":…`, then the table part (`,"schema":…,"table":…` or `,"table":…`).
-    src_json_head: Vec<u8>,
-    src_json_db: Vec<u8>,
-    src_json_table: Vec<u8>,
-    /// Avro `source` pieces: the version/connector/name strings, the db string, and the
-    /// table part (Postgres: schema + table strings; MySQL: the `table` union).
-    src_avro_head: Vec<u8>,
-    src_avro_db: Vec<u8>,
-    src_avro_table: Vec<u8>,
+    /// The configured format's writer.
+    writer: AnyWriter,
+    /// The event-independent parts of the `source` block, in that format.
+    source: SourcePieces,
 }
 
 fn table_label(t: &TableSchema) -> String {
@@ -172,7 +177,7 @@ impl Encoder {
             Some(ConnectSchema::strukt(format!("{base}.Key"), key_fields))
         };
         let row_schema = ConnectSchema::strukt(format!("{base}.Value"), fields).optional();
-        let value_schema = envelope_schema(config, &base, row_schema);
+        let value_schema = record_schema::envelope_schema(config, &base, row_schema);
         let db = match config.source.connector {
             ConnectorKind::Postgres => config.source.database.clone(),
             ConnectorKind::MySql | ConnectorKind::MariaDb => table.id.schema.clone(),
@@ -202,42 +207,11 @@ impl Encoder {
                 connector: config.source.connector.name(),
             });
         }
-        let key_schema = ConnectSchema::strukt(
-            "io.debezium.connector.postgresql.MessageKey",
-            vec![ConnectField::new(
-                "prefix",
-                ConnectSchema::of(ConnectType::String).optional(),
-            )],
-        )
-        .version(1);
-        let content = match config.binary_handling_mode {
-            BinaryHandlingMode::Bytes => ConnectSchema::of(ConnectType::Bytes),
-            _ => ConnectSchema::of(ConnectType::String),
-        };
-        let block = ConnectSchema::strukt(
-            "io.debezium.connector.postgresql.Message",
-            vec![
-                ConnectField::new("prefix", ConnectSchema::of(ConnectType::String).optional()),
-                ConnectField::new("content", content.optional()),
-            ],
-        )
-        .version(1);
-        let value_schema = ConnectSchema::strukt(
-            "io.debezium.connector.postgresql.MessageValue",
-            vec![
-                ConnectField::new("op", ConnectSchema::of(ConnectType::String)),
-                ConnectField::new("ts_ms", ConnectSchema::of(ConnectType::Int64).optional()),
-                ConnectField::new("source", source_schema(config)),
-                ConnectField::new("transaction", transaction_schema()),
-                ConnectField::new("message", block),
-            ],
-        )
-        .version(1);
         Self::assemble(
             config,
             Target::Message,
-            Some(key_schema),
-            value_schema,
+            Some(record_schema::message_key_schema()),
+            record_schema::message_value_schema(config),
             &config.source.database.clone(),
             "",
             "",
@@ -259,59 +233,16 @@ impl Encoder {
             .map(avro_schema::avro_schema_json)
             .transpose()?;
         let avro_value = avro_schema::avro_schema_json(&value_schema)?;
-        let schemas_enable = matches!(
-            config.format,
-            RecordFormat::Json {
-                schemas_enable: true
-            }
-        );
-        let head = |s: &ConnectSchema| {
-            let mut b = Vec::new();
-            if schemas_enable {
-                b.extend_from_slice(b"{\"schema\":");
-                json::write_connect_schema(&mut b, s, None);
-                b.extend_from_slice(b",\"payload\":");
-            }
-            b
+        let writer = match config.format {
+            RecordFormat::Json { schemas_enable } => AnyWriter::Json(json::JsonWriter::new(
+                schemas_enable,
+                key_schema.as_ref(),
+                &value_schema,
+            )),
+            RecordFormat::Avro => AnyWriter::Avro(avro::AvroWriter),
         };
-        let json_key_head = key_schema.as_ref().map(head).unwrap_or_default();
-        let json_value_head = head(&value_schema);
-
-        let src = &config.source;
-        let mut src_json_head = Vec::new();
-        src_json_head.extend_from_slice(b"{\"version\":");
-        json::write_str(&mut src_json_head, &src.version);
-        src_json_head.extend_from_slice(b",\"connector\":");
-        json::write_str(&mut src_json_head, src.connector.name());
-        src_json_head.extend_from_slice(b",\"name\":");
-        json::write_str(&mut src_json_head, &src.topic_prefix);
-        src_json_head.extend_from_slice(b",\"ts_ms\":");
-        let mut src_json_db = b",\"db\":".to_vec();
-        json::write_str(&mut src_json_db, db);
-        let mut src_json_table = Vec::new();
-        let mut src_avro_head = Vec::new();
-        avro::write_string(&mut src_avro_head, &src.version);
-        avro::write_string(&mut src_avro_head, src.connector.name());
-        avro::write_string(&mut src_avro_head, &src.topic_prefix);
-        let mut src_avro_db = Vec::new();
-        avro::write_string(&mut src_avro_db, db);
-        let mut src_avro_table = Vec::new();
-        match src.connector {
-            ConnectorKind::Postgres => {
-                src_json_table.extend_from_slice(b",\"schema\":");
-                json::write_str(&mut src_json_table, schema);
-                src_json_table.extend_from_slice(b",\"table\":");
-                json::write_str(&mut src_json_table, table);
-                avro::write_string(&mut src_avro_table, schema);
-                avro::write_string(&mut src_avro_table, table);
-            }
-            ConnectorKind::MySql | ConnectorKind::MariaDb => {
-                src_json_table.extend_from_slice(b",\"table\":");
-                json::write_str(&mut src_json_table, table);
-                avro::write_long(&mut src_avro_table, 1);
-                avro::write_string(&mut src_avro_table, table);
-            }
-        }
+        let source =
+            with_writer!(writer, w => SourcePieces::new(w, &config.source, db, schema, table));
         Ok(Encoder {
             id: memo::next_encoder_id(),
             config: config.clone(),
@@ -321,14 +252,8 @@ impl Encoder {
             avro_key,
             avro_value,
             ids: None,
-            json_key_head,
-            json_value_head,
-            src_json_head,
-            src_json_db,
-            src_json_table,
-            src_avro_head,
-            src_avro_db,
-            src_avro_table,
+            writer,
+            source,
         })
     }
 
@@ -372,10 +297,10 @@ impl Encoder {
         }
     }
 
-    fn ids(&self) -> Result<SchemaIds, EncodeError> {
-        self.ids.ok_or_else(|| EncodeError::SchemaIdsMissing {
+    fn ids_missing(&self) -> EncodeError {
+        EncodeError::SchemaIdsMissing {
             table: self.label().to_string(),
-        })
+        }
     }
 
     fn value_error(&self, plan: &ColumnPlan, reason: ValueError) -> EncodeError {
@@ -401,6 +326,19 @@ impl Encoder {
         }
     }
 
+    fn check_row(&self, row: &Row) -> Result<(), EncodeError> {
+        if let Target::Table { columns, .. } = &self.target {
+            if row.len() != columns.len() {
+                return Err(EncodeError::RowShape {
+                    table: self.label().to_string(),
+                    expected: columns.len(),
+                    got: row.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Appends the record key of `ev` to `out`. Returns `Ok(false)` (and appends nothing)
     /// when the record has no key: keyless tables and truncate events.
     pub fn encode_key(&self, ev: &ChangeEvent, out: &mut Vec<u8>) -> Result<bool, EncodeError> {
@@ -421,10 +359,10 @@ impl Encoder {
             },
         };
         let start = out.len();
-        let r = match row {
-            Some(row) => self.encode_key_row(row, out),
-            None => self.encode_message_key(ev, out),
-        };
+        let r = with_writer!(self.writer, w => match row {
+            Some(row) => self.write_key_row(w, row, out),
+            None => self.write_message_key(w, ev, out),
+        });
         if r.is_err() {
             out.truncate(start);
         }
@@ -433,72 +371,7 @@ impl Encoder {
 
     /// Appends the key of `row` (a full row of this encoder's table).
     pub(crate) fn encode_key_row(&self, row: &Row, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        let Target::Table { key, .. } = &self.target else {
-            return Ok(());
-        };
-        self.check_row(row)?;
-        let placeholder = &self.config.unavailable_value_placeholder;
-        match self.config.format {
-            RecordFormat::Json { .. } => {
-                out.extend_from_slice(&self.json_key_head);
-                json::write_row(out, key, row, placeholder)
-                    .map_err(|(p, e)| self.value_error(p, e))?;
-                if !self.json_key_head.is_empty() {
-                    out.push(b'}');
-                }
-            }
-            RecordFormat::Avro => {
-                let id = self
-                    .ids()?
-                    .key
-                    .ok_or_else(|| EncodeError::SchemaIdsMissing {
-                        table: self.label().to_string(),
-                    })?;
-                avro::write_frame(out, id);
-                avro::write_row(out, key, row, placeholder)
-                    .map_err(|(p, e)| self.value_error(p, e))?;
-            }
-        }
-        Ok(())
-    }
-
-    fn encode_message_key(&self, ev: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        let prefix = ev.message.as_ref().map(|m| m.prefix.as_str());
-        match self.config.format {
-            RecordFormat::Json { .. } => {
-                out.extend_from_slice(&self.json_key_head);
-                out.extend_from_slice(b"{\"prefix\":");
-                write_json_opt_str(out, prefix);
-                out.push(b'}');
-                if !self.json_key_head.is_empty() {
-                    out.push(b'}');
-                }
-            }
-            RecordFormat::Avro => {
-                let id = self
-                    .ids()?
-                    .key
-                    .ok_or_else(|| EncodeError::SchemaIdsMissing {
-                        table: self.label().to_string(),
-                    })?;
-                avro::write_frame(out, id);
-                write_avro_opt_str(out, prefix);
-            }
-        }
-        Ok(())
-    }
-
-    fn check_row(&self, row: &Row) -> Result<(), EncodeError> {
-        if let Target::Table { columns, .. } = &self.target {
-            if row.len() != columns.len() {
-                return Err(EncodeError::RowShape {
-                    table: self.label().to_string(),
-                    expected: columns.len(),
-                    got: row.len(),
-                });
-            }
-        }
-        Ok(())
+        with_writer!(self.writer, w => self.write_key_row(w, row, out))
     }
 
     /// Appends the record value of `ev`, stamped with the current time as the envelope's
@@ -518,7 +391,9 @@ impl Encoder {
         self.check_target(ev)?;
         let start = out.len();
         let r = match self.target {
-            Target::Message => self.encode_message_value(ev, processed_at_ns, out),
+            Target::Message => with_writer!(self.writer, w => {
+                self.write_message_value(w, ev, processed_at_ns, out)
+            }),
             Target::Table { .. } => {
                 if matches!(ev.op, Op::Create | Op::Read | Op::Update) && ev.after.is_none() {
                     Err(EncodeError::MissingRow {
@@ -562,6 +437,61 @@ impl Encoder {
         now_ns: i64,
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
+        with_writer!(self.writer, w => self.write_envelope(w, op, [before, after], ev, now_ns, out))
+    }
+
+    #[inline]
+    fn open_key<W: FormatWriter>(&self, w: &W, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        w.open_key(out, self.ids.and_then(|i| i.key))
+            .map_err(|IdsMissing| self.ids_missing())
+    }
+
+    #[inline]
+    fn open_value<W: FormatWriter>(&self, w: &W, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        w.open_value(out, self.ids.map(|i| i.value))
+            .map_err(|IdsMissing| self.ids_missing())
+    }
+
+    fn write_key_row<W: FormatWriter>(
+        &self,
+        w: &W,
+        row: &Row,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        let Target::Table { key, .. } = &self.target else {
+            return Ok(());
+        };
+        self.check_row(row)?;
+        self.open_key(w, out)?;
+        w.row(out, key, row, &self.config.unavailable_value_placeholder)
+            .map_err(|(p, e)| self.value_error(p, e))?;
+        w.close_key(out);
+        Ok(())
+    }
+
+    fn write_message_key<W: FormatWriter>(
+        &self,
+        w: &W,
+        ev: &ChangeEvent,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        self.open_key(w, out)?;
+        w.field(out, field!(first "prefix"));
+        w.opt_string(out, ev.message.as_ref().map(|m| m.prefix.as_str()));
+        w.end_struct(out);
+        w.close_key(out);
+        Ok(())
+    }
+
+    fn write_envelope<W: FormatWriter>(
+        &self,
+        w: &W,
+        op: Op,
+        [before, after]: [Option<&Row>; 2],
+        ev: &ChangeEvent,
+        now_ns: i64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
         let Target::Table { columns, .. } = &self.target else {
             return Err(EncodeError::WrongEncoder {
                 op,
@@ -580,284 +510,92 @@ impl Encoder {
             }
             _ => after,
         };
-        let placeholder = &self.config.unavailable_value_placeholder;
-        match self.config.format {
-            RecordFormat::Json { .. } => {
-                out.extend_from_slice(&self.json_value_head);
-                out.extend_from_slice(b"{\"before\":");
-                match before {
-                    Some(r) => json::write_row(out, columns, r, placeholder)
-                        .map_err(|(p, e)| self.value_error(p, e))?,
-                    None => out.extend_from_slice(b"null"),
-                }
-                out.extend_from_slice(b",\"after\":");
-                match after {
-                    Some(r) => json::write_row(out, columns, r, placeholder)
-                        .map_err(|(p, e)| self.value_error(p, e))?,
-                    None => out.extend_from_slice(b"null"),
-                }
-                out.extend_from_slice(b",\"source\":");
-                match &ev.position {
-                    SourcePosition::Postgres(p)
-                        if self.config.source.connector == ConnectorKind::Postgres =>
-                    {
-                        let key = memo::SourceKey {
-                            encoder: self.id,
-                            ts_ms: ev.source_ts_ms,
-                            snapshot: ev.snapshot,
-                            pos: p.clone(),
-                        };
-                        memo::source(&key, out, |o| self.write_source_json(ev, o))?;
-                    }
-                    _ => self.write_source_json(ev, out)?,
-                }
-                out.extend_from_slice(b",\"transaction\":");
-                write_tx_json(out, ev.tx.as_ref());
-                out.extend_from_slice(b",\"op\":\"");
-                out.extend_from_slice(op.code().as_bytes());
-                out.push(b'"');
-                memo::times(now_ns, out, |o| {
-                    o.extend_from_slice(b",\"ts_ms\":");
-                    json::write_i64(o, now_ns.div_euclid(1_000_000));
-                    o.extend_from_slice(b",\"ts_us\":");
-                    json::write_i64(o, now_ns.div_euclid(1_000));
-                    o.extend_from_slice(b",\"ts_ns\":");
-                    json::write_i64(o, now_ns);
-                });
-                out.push(b'}');
-                if !self.json_value_head.is_empty() {
-                    out.push(b'}');
-                }
+        self.open_value(w, out)?;
+        w.field(out, field!(first "before"));
+        self.write_opt_row(w, columns, before, out)?;
+        w.field(out, field!("after"));
+        self.write_opt_row(w, columns, after, out)?;
+        w.field(out, field!("source"));
+        self.write_source(w, ev, out)?;
+        w.field(out, field!("transaction"));
+        source::write_transaction(w, out, ev.tx.as_ref());
+        w.field(out, field!("op"));
+        w.symbol(out, op.code());
+        let times = |o: &mut Vec<u8>| {
+            for (f, t) in [
+                (field!("ts_ms"), now_ns.div_euclid(1_000_000)),
+                (field!("ts_us"), now_ns.div_euclid(1_000)),
+                (field!("ts_ns"), now_ns),
+            ] {
+                w.field(o, f);
+                w.opt_long(o, Some(t));
             }
-            RecordFormat::Avro => {
-                avro::write_frame(out, self.ids()?.value);
-                for row in [before, after] {
-                    match row {
-                        Some(r) => {
-                            avro::write_long(out, 1);
-                            avro::write_row(out, columns, r, placeholder)
-                                .map_err(|(p, e)| self.value_error(p, e))?;
-                        }
-                        None => avro::write_long(out, 0),
-                    }
-                }
-                self.write_source_avro(ev, out)?;
-                write_tx_avro(out, ev.tx.as_ref());
-                avro::write_string(out, op.code());
-                for t in [
-                    now_ns.div_euclid(1_000_000),
-                    now_ns.div_euclid(1_000),
-                    now_ns,
-                ] {
-                    avro::write_long(out, 1);
-                    avro::write_long(out, t);
-                }
-            }
+        };
+        if W::MEMOIZE {
+            memo::times(now_ns, out, times);
+        } else {
+            times(out);
         }
+        w.end_struct(out);
+        w.close_value(out);
         Ok(())
     }
 
-    fn encode_message_value(
+    /// An envelope's `before` or `after`: the row, or NULL.
+    #[inline]
+    fn write_opt_row<W: FormatWriter>(
         &self,
+        w: &W,
+        columns: &[ColumnPlan],
+        row: Option<&Row>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        let Some(r) = row else {
+            w.null(out);
+            return Ok(());
+        };
+        w.branch(out, 1);
+        w.row(out, columns, r, &self.config.unavailable_value_placeholder)
+            .map_err(|(p, e)| self.value_error(p, e))
+    }
+
+    fn write_message_value<W: FormatWriter>(
+        &self,
+        w: &W,
         ev: &ChangeEvent,
         now_ns: i64,
         out: &mut Vec<u8>,
     ) -> Result<(), EncodeError> {
         let msg = ev.message.as_ref();
-        let prefix = msg.map(|m| m.prefix.as_str());
-        let content = msg.map(|m| m.content.as_slice());
-        let mode = self.config.binary_handling_mode;
-        match self.config.format {
-            RecordFormat::Json { .. } => {
-                out.extend_from_slice(&self.json_value_head);
-                out.extend_from_slice(b"{\"op\":\"m\",\"ts_ms\":");
-                json::write_i64(out, now_ns.div_euclid(1_000_000));
-                out.extend_from_slice(b",\"source\":");
-                self.write_source_json(ev, out)?;
-                out.extend_from_slice(b",\"transaction\":");
-                write_tx_json(out, ev.tx.as_ref());
-                out.extend_from_slice(b",\"message\":{\"prefix\":");
-                write_json_opt_str(out, prefix);
-                out.extend_from_slice(b",\"content\":");
-                match content {
-                    Some(c) => json::write_value(
-                        out,
-                        &Conv::Bytes(mode),
-                        &crate::value::Value::Bytes(c.to_vec()),
-                        "",
-                    )
+        self.open_value(w, out)?;
+        w.field(out, field!(first "op"));
+        w.symbol(out, Op::Message.code());
+        w.field(out, field!("ts_ms"));
+        w.opt_long(out, Some(now_ns.div_euclid(1_000_000)));
+        w.field(out, field!("source"));
+        self.write_source_unmemoized(w, ev, out)?;
+        w.field(out, field!("transaction"));
+        source::write_transaction(w, out, ev.tx.as_ref());
+        w.field(out, field!("message"));
+        w.field(out, field!(first "prefix"));
+        w.opt_string(out, msg.map(|m| m.prefix.as_str()));
+        w.field(out, field!("content"));
+        match msg.map(|m| m.content.as_slice()) {
+            Some(c) => {
+                w.branch(out, 1);
+                let conv = Conv::Bytes(self.config.binary_handling_mode);
+                w.value(out, &conv, &Value::Bytes(c.to_vec()), "")
                     .map_err(|reason| EncodeError::Value {
                         table: self.label().to_string(),
                         column: "content".into(),
                         reason,
-                    })?,
-                    None => out.extend_from_slice(b"null"),
-                }
-                out.extend_from_slice(b"}}");
-                if !self.json_value_head.is_empty() {
-                    out.push(b'}');
-                }
+                    })?;
             }
-            RecordFormat::Avro => {
-                avro::write_frame(out, self.ids()?.value);
-                avro::write_string(out, "m");
-                avro::write_long(out, 1);
-                avro::write_long(out, now_ns.div_euclid(1_000_000));
-                self.write_source_avro(ev, out)?;
-                write_tx_avro(out, ev.tx.as_ref());
-                write_avro_opt_str(out, prefix);
-                match content {
-                    Some(c) => {
-                        avro::write_long(out, 1);
-                        avro::write_value(
-                            out,
-                            &Conv::Bytes(mode),
-                            &crate::value::Value::Bytes(c.to_vec()),
-                            "",
-                        )
-                        .map_err(|reason| EncodeError::Value {
-                            table: self.label().to_string(),
-                            column: "content".into(),
-                            reason,
-                        })?;
-                    }
-                    None => avro::write_long(out, 0),
-                }
-            }
+            None => w.null(out),
         }
-        Ok(())
-    }
-
-    fn position_mismatch(&self, pos: &SourcePosition) -> EncodeError {
-        EncodeError::PositionMismatch {
-            table: self.label().to_string(),
-            expected: self.config.source.connector.name(),
-            got: match pos {
-                SourcePosition::Postgres(_) => "Postgres",
-                SourcePosition::Mysql(_) => "MySQL",
-            },
-        }
-    }
-
-    fn write_source_json(&self, ev: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        let pg = self.config.source.connector == ConnectorKind::Postgres;
-        match (&ev.position, pg) {
-            (SourcePosition::Postgres(_), true) | (SourcePosition::Mysql(_), false) => {}
-            (p, _) => return Err(self.position_mismatch(p)),
-        }
-        out.extend_from_slice(&self.src_json_head);
-        json::write_i64(out, ev.source_ts_ms);
-        out.extend_from_slice(b",\"snapshot\":\"");
-        out.extend_from_slice(ev.snapshot.as_str().as_bytes());
-        out.push(b'"');
-        out.extend_from_slice(&self.src_json_db);
-        out.extend_from_slice(b",\"sequence\":");
-        match &ev.position {
-            SourcePosition::Postgres(p) => {
-                // A JSON string holding a JSON array of two decimal LSN strings.
-                out.extend_from_slice(b"\"[");
-                if p.commit_lsn.0 == 0 {
-                    out.extend_from_slice(b"null");
-                } else {
-                    out.extend_from_slice(b"\\\"");
-                    json::write_u64(out, p.commit_lsn.0);
-                    out.extend_from_slice(b"\\\"");
-                }
-                out.extend_from_slice(b",\\\"");
-                json::write_u64(out, p.lsn.0);
-                out.extend_from_slice(b"\\\"]\"");
-            }
-            SourcePosition::Mysql(_) => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b",\"ts_us\":");
-        json::write_i64(out, ev.source_ts_ms.saturating_mul(1_000));
-        out.extend_from_slice(b",\"ts_ns\":");
-        json::write_i64(out, ev.source_ts_ms.saturating_mul(1_000_000));
-        out.extend_from_slice(&self.src_json_table);
-        match &ev.position {
-            SourcePosition::Postgres(p) => {
-                out.extend_from_slice(b",\"txId\":");
-                write_json_opt_i64(out, p.tx_id.map(i64::from));
-                out.extend_from_slice(b",\"lsn\":");
-                write_json_opt_i64(out, lsn_i64(p.lsn.0));
-                out.extend_from_slice(b",\"xmin\":");
-                write_json_opt_i64(out, p.xmin.map(|x| x as i64));
-                // Replication origin of the transaction: not carried by ChangeEvent.
-                out.extend_from_slice(b",\"origin\":null,\"origin_lsn\":null");
-            }
-            SourcePosition::Mysql(m) => {
-                out.extend_from_slice(b",\"server_id\":");
-                json::write_i64(out, m.server_id as i64);
-                out.extend_from_slice(b",\"gtid\":");
-                write_json_opt_str(out, m.gtid.as_deref());
-                out.extend_from_slice(b",\"file\":");
-                json::write_str(out, &m.file);
-                out.extend_from_slice(b",\"pos\":");
-                json::write_i64(out, m.pos as i64);
-                out.extend_from_slice(b",\"row\":");
-                json::write_i64(out, m.row as i64);
-                out.extend_from_slice(b",\"thread\":");
-                write_json_opt_i64(out, m.thread.map(|t| t as i64));
-                out.extend_from_slice(b",\"query\":null");
-            }
-        }
-        out.push(b'}');
-        Ok(())
-    }
-
-    fn write_source_avro(&self, ev: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        let pg = self.config.source.connector == ConnectorKind::Postgres;
-        match (&ev.position, pg) {
-            (SourcePosition::Postgres(_), true) | (SourcePosition::Mysql(_), false) => {}
-            (p, _) => return Err(self.position_mismatch(p)),
-        }
-        out.extend_from_slice(&self.src_avro_head);
-        avro::write_long(out, ev.source_ts_ms);
-        // snapshot: [Enum string, "null"] (default "false" puts the string first).
-        avro::write_long(out, 0);
-        avro::write_string(out, ev.snapshot.as_str());
-        out.extend_from_slice(&self.src_avro_db);
-        match &ev.position {
-            SourcePosition::Postgres(p) => {
-                avro::write_long(out, 1);
-                // At most 47 bytes: fits write_formatted's one-byte length, no allocation.
-                avro::write_formatted(out, |seq| {
-                    seq.push(b'[');
-                    if p.commit_lsn.0 == 0 {
-                        seq.extend_from_slice(b"null");
-                    } else {
-                        seq.push(b'"');
-                        json::write_u64(seq, p.commit_lsn.0);
-                        seq.push(b'"');
-                    }
-                    seq.extend_from_slice(b",\"");
-                    json::write_u64(seq, p.lsn.0);
-                    seq.extend_from_slice(b"\"]");
-                });
-            }
-            SourcePosition::Mysql(_) => avro::write_long(out, 0),
-        }
-        write_avro_opt_long(out, Some(ev.source_ts_ms.saturating_mul(1_000)));
-        write_avro_opt_long(out, Some(ev.source_ts_ms.saturating_mul(1_000_000)));
-        out.extend_from_slice(&self.src_avro_table);
-        match &ev.position {
-            SourcePosition::Postgres(p) => {
-                write_avro_opt_long(out, p.tx_id.map(i64::from));
-                write_avro_opt_long(out, lsn_i64(p.lsn.0));
-                write_avro_opt_long(out, p.xmin.map(|x| x as i64));
-                avro::write_long(out, 0); // origin: null
-                avro::write_long(out, 0); // origin_lsn: null
-            }
-            SourcePosition::Mysql(m) => {
-                avro::write_long(out, m.server_id as i64);
-                write_avro_opt_str(out, m.gtid.as_deref());
-                avro::write_string(out, &m.file);
-                avro::write_long(out, m.pos as i64);
-                avro::write_long(out, m.row as i64);
-                write_avro_opt_long(out, m.thread.map(|t| t as i64));
-                avro::write_long(out, 0); // query: not captured
-            }
-        }
+        w.end_struct(out);
+        w.end_struct(out);
+        w.close_value(out);
         Ok(())
     }
 }
@@ -878,162 +616,9 @@ fn fill_unchanged(before: &Row, after: &Row) -> Row {
         .collect())
 }
 
-/// LSNs are u64; Debezium carries them in an int64 (they never reach 2^63 in practice).
-fn lsn_i64(lsn: u64) -> Option<i64> {
-    i64::try_from(lsn).ok()
-}
-
 pub(crate) fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos().min(i64::MAX as u128) as i64)
         .unwrap_or(0)
-}
-
-fn write_json_opt_str(out: &mut Vec<u8>, v: Option<&str>) {
-    match v {
-        Some(s) => json::write_str(out, s),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn write_json_opt_i64(out: &mut Vec<u8>, v: Option<i64>) {
-    match v {
-        Some(i) => json::write_i64(out, i),
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn write_avro_opt_str(out: &mut Vec<u8>, v: Option<&str>) {
-    match v {
-        Some(s) => {
-            avro::write_long(out, 1);
-            avro::write_string(out, s);
-        }
-        None => avro::write_long(out, 0),
-    }
-}
-
-fn write_avro_opt_long(out: &mut Vec<u8>, v: Option<i64>) {
-    match v {
-        Some(i) => {
-            avro::write_long(out, 1);
-            avro::write_long(out, i);
-        }
-        None => avro::write_long(out, 0),
-    }
-}
-
-fn write_tx_json(out: &mut Vec<u8>, tx: Option<&TransactionInfo>) {
-    match tx {
-        Some(t) => {
-            out.extend_from_slice(b"{\"id\":");
-            json::write_str(out, &t.id);
-            out.extend_from_slice(b",\"total_order\":");
-            json::write_i64(out, t.total_order.min(i64::MAX as u64) as i64);
-            out.extend_from_slice(b",\"data_collection_order\":");
-            json::write_i64(out, t.data_collection_order.min(i64::MAX as u64) as i64);
-            out.push(b'}');
-        }
-        None => out.extend_from_slice(b"null"),
-    }
-}
-
-fn write_tx_avro(out: &mut Vec<u8>, tx: Option<&TransactionInfo>) {
-    match tx {
-        Some(t) => {
-            avro::write_long(out, 1);
-            avro::write_string(out, &t.id);
-            avro::write_long(out, t.total_order.min(i64::MAX as u64) as i64);
-            avro::write_long(out, t.data_collection_order.min(i64::MAX as u64) as i64);
-        }
-        None => avro::write_long(out, 0),
-    }
-}
-
-/// The `source` block's Connect schema (Debezium 3.x field order).
-pub fn source_schema(config: &EncoderConfig) -> ConnectSchema {
-    use ConnectType as T;
-    let s = |t: T| ConnectSchema::of(t);
-    let snapshot = ConnectSchema::of(T::String)
-        .named("io.debezium.data.Enum", 1)
-        .param(
-            "allowed",
-            "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental",
-        )
-        .optional();
-    let snapshot = ConnectSchema {
-        default: Some("false".to_string()),
-        ..snapshot
-    };
-    let mut fields = vec![
-        ConnectField::new("version", s(T::String)),
-        ConnectField::new("connector", s(T::String)),
-        ConnectField::new("name", s(T::String)),
-        ConnectField::new("ts_ms", s(T::Int64)),
-        ConnectField::new("snapshot", snapshot),
-        ConnectField::new("db", s(T::String)),
-        ConnectField::new("sequence", s(T::String).optional()),
-        ConnectField::new("ts_us", s(T::Int64).optional()),
-        ConnectField::new("ts_ns", s(T::Int64).optional()),
-    ];
-    match config.source.connector {
-        ConnectorKind::Postgres => fields.extend([
-            ConnectField::new("schema", s(T::String)),
-            ConnectField::new("table", s(T::String)),
-            ConnectField::new("txId", s(T::Int64).optional()),
-            ConnectField::new("lsn", s(T::Int64).optional()),
-            ConnectField::new("xmin", s(T::Int64).optional()),
-            ConnectField::new("origin", s(T::String).optional()),
-            ConnectField::new("origin_lsn", s(T::Int64).optional()),
-        ]),
-        ConnectorKind::MySql | ConnectorKind::MariaDb => fields.extend([
-            ConnectField::new("table", s(T::String).optional()),
-            ConnectField::new("server_id", s(T::Int64)),
-            ConnectField::new("gtid", s(T::String).optional()),
-            ConnectField::new("file", s(T::String)),
-            ConnectField::new("pos", s(T::Int64)),
-            ConnectField::new("row", s(T::Int32)),
-            ConnectField::new("thread", s(T::Int64).optional()),
-            ConnectField::new("query", s(T::String).optional()),
-        ]),
-    }
-    ConnectSchema::strukt(config.source.connector.source_schema_name(), fields).version(1)
-}
-
-/// Debezium's `event.block` transaction schema.
-pub fn transaction_schema() -> ConnectSchema {
-    ConnectSchema::strukt(
-        "event.block",
-        vec![
-            ConnectField::new("id", ConnectSchema::of(ConnectType::String)),
-            ConnectField::new("total_order", ConnectSchema::of(ConnectType::Int64)),
-            ConnectField::new(
-                "data_collection_order",
-                ConnectSchema::of(ConnectType::Int64),
-            ),
-        ],
-    )
-    .version(1)
-    .optional()
-}
-
-/// The envelope: before, after, source, transaction, op, ts_ms, ts_us, ts_ns (version 2,
-/// as Debezium 3.x emits it).
-fn envelope_schema(config: &EncoderConfig, base: &str, row: ConnectSchema) -> ConnectSchema {
-    let i64o = || ConnectSchema::of(ConnectType::Int64).optional();
-    ConnectSchema::strukt(
-        format!("{base}.Envelope"),
-        vec![
-            ConnectField::new("before", row.clone()),
-            ConnectField::new("after", row),
-            ConnectField::new("source", source_schema(config)),
-            ConnectField::new("transaction", transaction_schema()),
-            ConnectField::new("op", ConnectSchema::of(ConnectType::String)),
-            ConnectField::new("ts_ms", i64o()),
-            ConnectField::new("ts_us", i64o()),
-            ConnectField::new("ts_ns", i64o()),
-        ],
-    )
-    .version(2)
 }
