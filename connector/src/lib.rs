@@ -6,6 +6,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod log_cmd;
+pub mod log_consumer;
 pub mod logging;
 pub mod pipeline;
 pub mod registry_cmd;
