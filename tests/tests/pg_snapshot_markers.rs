@@ -9,7 +9,7 @@ mod pg_source_util;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cdc_harness::{passwords, PgServer};
 use cdc_log::{Log, StartAt};
@@ -107,20 +107,10 @@ async fn markers_with(connections: usize) {
     )
     .unwrap();
     c.start();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = c.child.as_mut().unwrap().try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "snapshot did not finish\n{}",
-            c.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    c.child = None;
-    assert_eq!(status.code(), Some(0), "{}", c.output());
+    let code = c
+        .wait_exit(Duration::from_secs(120), "snapshot did not finish")
+        .await;
+    assert_eq!(code, Some(0), "{}", c.output());
 
     let mut per_table: BTreeMap<&str, Vec<Read>> = BTreeMap::new();
     for (t, n) in TABLES {
@@ -186,20 +176,10 @@ async fn markers_with(connections: usize) {
     assert_eq!(slots, 0, "initial_only left its slot behind\n{log}");
     // A second run finds the snapshot complete and exits 0 without creating a slot.
     c.start();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = c.child.as_mut().unwrap().try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "second run did not end\n{}",
-            c.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    c.child = None;
-    assert_eq!(status.code(), Some(0), "{}", c.output());
+    let code = c
+        .wait_exit(Duration::from_secs(60), "second run did not end")
+        .await;
+    assert_eq!(code, Some(0), "{}", c.output());
     let slots: i64 = admin
         .query_one(
             "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",

@@ -80,21 +80,14 @@ async fn incompatible_change_stops_and_force_resumes_without_loss() {
     )
     .await
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = c.child.as_mut().unwrap().try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "connector kept running after an incompatible change\n{}",
-            c.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    c.child = None;
+    let code = c
+        .wait_exit(
+            Duration::from_secs(60),
+            "connector kept running after an incompatible change",
+        )
+        .await;
     let out = c.output();
-    assert_eq!(status.code(), Some(1), "a definite error exits 1\n{out}");
+    assert_eq!(code, Some(1), "a definite error exits 1\n{out}");
     for needle in ["public.s", "incompatible", "BACKWARD", "schema_change"] {
         assert!(
             out.contains(needle),

@@ -104,6 +104,21 @@ impl Connector {
         }
     }
 
+    /// Waits for the connector to exit by itself; returns its exit code. Panics with
+    /// `what` and the connector's output if it still runs after `timeout`.
+    pub async fn wait_exit(&mut self, timeout: Duration, what: &str) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.as_mut().expect("started").try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "{what}\n{}", self.output());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        self.child = None;
+        status.code()
+    }
+
     /// Panics with the connector's output if it exited.
     pub fn assert_running(&mut self) {
         if let Some(c) = self.child.as_mut() {
