@@ -589,6 +589,51 @@ impl SchemaRegistry for RemoteRegistry {
             Ok(())
         })
     }
+
+    fn subject_compatibility<'a>(
+        &'a self,
+        subject: &'a str,
+    ) -> RegistryFuture<'a, Option<CompatibilityLevel>> {
+        Box::pin(async move {
+            let path = format!("/config/{}", enc(subject));
+            let v = match self.call(Method::GET, &path, None, Some(subject)).await {
+                Ok(v) => v,
+                // 40408 (no subject-level config); older registries answer 40401.
+                Err(e) if no_subject_level(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let level = v
+                .get("compatibilityLevel")
+                .or_else(|| v.get("compatibility"))
+                .and_then(Json::as_str)
+                .ok_or_else(|| bad_answer("no \"compatibilityLevel\""))?;
+            level
+                .parse()
+                .map(Some)
+                .map_err(|_| RegistryError::InvalidCompatibilityLevel {
+                    level: level.to_string(),
+                })
+        })
+    }
+
+    fn delete_subject_compatibility<'a>(&'a self, subject: &'a str) -> RegistryFuture<'a, ()> {
+        Box::pin(async move {
+            let path = format!("/config/{}", enc(subject));
+            match self.call(Method::DELETE, &path, None, Some(subject)).await {
+                Ok(_) => Ok(()),
+                Err(e) if no_subject_level(&e) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+    }
+}
+
+/// The answer of a registry asked for a subject's own level when it has none.
+fn no_subject_level(e: &RegistryError) -> bool {
+    matches!(
+        e,
+        RegistryError::SubjectNotFound { .. } | RegistryError::Other { code: 40408, .. }
+    )
 }
 
 #[cfg(test)]
