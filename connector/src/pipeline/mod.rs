@@ -48,6 +48,7 @@
 mod encode;
 pub mod progress;
 pub mod queue;
+pub mod registry;
 pub mod run;
 
 use std::collections::{HashMap, VecDeque};
