@@ -60,8 +60,8 @@ pub enum OpenRegistryError {
     Embedded(RegistryError),
     #[error("registry.ca_file: {0}")]
     Client(RegistryError),
-    #[error("registry.url: the schema registry at {url} is unreachable: {error}. Fix: start it, or correct registry.url (without it the embedded registry is used); once running, cdc waits for a registry that goes away")]
-    Unreachable { url: String, error: RegistryError },
+    #[error("registry.url: the schema registry at {url} is unreachable ({detail}). Fix: start it, or correct registry.url (without it the embedded registry is used); once running, cdc waits for a registry that goes away")]
+    Unreachable { url: String, detail: String },
     #[error("{keys}: the schema registry at {url} refused them: {error}")]
     Unauthorized {
         url: String,
@@ -156,8 +156,8 @@ async fn open_remote(
         Err(error @ RegistryError::Other { status: 0, .. }) => {
             return Err(OpenRegistryError::Tls { url, error })
         }
-        Err(error) if error.is_transient() => {
-            return Err(OpenRegistryError::Unreachable { url, error })
+        Err(RegistryError::Unavailable { detail }) => {
+            return Err(OpenRegistryError::Unreachable { url, detail })
         }
         Err(error) => return Err(OpenRegistryError::NotARegistry { url, error }),
     };
