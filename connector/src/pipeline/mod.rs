@@ -83,7 +83,7 @@ pub struct PipelineConfig {
 /// Why the pipeline stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    #[error("table {table}: incompatible schema change (columns {columns}): {error}. Nothing of this table was appended or acknowledged past it. Ways out: make the change compatible (e.g. give new columns a default / keep types), relax the subject's compatibility (PUT /config/<subject> on the admin API), route the table to a new topic, or set format.schema_change = \"force\" and restart")]
+    #[error("table {table}: incompatible schema change (columns {columns}): {error}. Nothing of this table was appended or acknowledged past it. Ways out: make the change compatible (e.g. give new columns a default / keep types), relax the subject's compatibility (PUT /config/<subject> on the schema registry: the admin address for the embedded one), route the table to a new topic, or set format.schema_change = \"force\" and restart")]
     Incompatible {
         table: String,
         columns: String,
@@ -92,11 +92,11 @@ pub enum PipelineError {
     #[error("schema registry: {0}")]
     Registry(RegistryError),
     /// Definite: a restart would find the schema registered and not restore the level.
-    #[error("schema registry: the forced schema change of {subject} went through, but its compatibility could not be set back to {level}: {error}. Nothing past it was appended or acknowledged. Restore it by hand ({fix} on the registry), then start again")]
+    #[error("schema registry: the forced schema change of {subject} went through, but its compatibility could not be set back to {}: {error}. Nothing past it was appended or acknowledged. Restore it by hand ({} on the registry), then start again", level_name(*level), restore_request(subject, *level))]
     RestoreCompatibility {
         subject: String,
-        level: String,
-        fix: String,
+        /// The subject's own level before; `None`: it had none.
+        level: Option<CompatibilityLevel>,
         error: RegistryError,
     },
     #[error("encoding a record: {0}")]
@@ -584,7 +584,7 @@ impl Pipeline {
         let previous = with_retries(subject, || registry.subject_compatibility(subject))
             .await
             .map_err(PipelineError::Registry)?;
-        let previous_name = previous.map_or("(none: the global level)", |l| l.as_str());
+        let previous_name = level_name(previous);
         tracing::warn!(table, subject, columns, %error, previous_level = previous_name, "FORCED incompatible schema change (format.schema_change = \"force\"): registering under compatibility NONE, then restoring the subject's level; consumers of this topic may fail to read the new records");
         with_retries(subject, || {
             registry.set_compatibility(Some(subject), CompatibilityLevel::None)
@@ -600,17 +600,9 @@ impl Pipeline {
             None => with_retries(subject, || registry.delete_subject_compatibility(subject)).await,
         };
         if let Err(e) = restored {
-            let fix = match previous {
-                Some(level) => format!(
-                    "PUT /config/{subject} with {{\"compatibility\": \"{}\"}}",
-                    level.as_str()
-                ),
-                None => format!("DELETE /config/{subject}"),
-            };
             return Err(PipelineError::RestoreCompatibility {
                 subject: subject.to_string(),
-                level: previous_name.to_string(),
-                fix,
+                level: previous,
                 error: e,
             });
         }
@@ -622,6 +614,22 @@ impl Pipeline {
             "forced schema registered; the subject's compatibility is restored"
         );
         Ok(id)
+    }
+}
+
+/// A subject's own level for messages; `None`: it has none.
+fn level_name(level: Option<CompatibilityLevel>) -> &'static str {
+    level.map_or("(none: the global level)", |l| l.as_str())
+}
+
+/// The request that gives `subject` its own `level` back (or removes its own level).
+fn restore_request(subject: &str, level: Option<CompatibilityLevel>) -> String {
+    match level {
+        Some(l) => format!(
+            "PUT /config/{subject} with {{\"compatibility\": \"{}\"}}",
+            l.as_str()
+        ),
+        None => format!("DELETE /config/{subject}"),
     }
 }
 
