@@ -6,7 +6,7 @@
 //! | `GET /healthz` | 200 `ok` while the process serves (liveness) |
 //! | `GET /readyz` | 200 `ready` once [`Readiness::set_ready`]`(true)`, else 503 `not ready` |
 //! | `GET /metrics` | Prometheus text format 0.0.4: the log's counters, the registry's sizes, and whatever the pipeline registers in [`Metrics`] |
-//! | `/…` and `/registry/…` | the Confluent Schema Registry API (`cdc_registry::http`), when an embedded registry is served |
+//! | `/…` and `/registry/…` | the Confluent Schema Registry API (`cdc_registry::http`), when an embedded registry is served; with a remote one, 404 naming it |
 //!
 //! Optional HTTP basic auth ([`AdminOptions::basic_auth`]) guards the registry API (not the
 //! probes or metrics, which orchestrators call without credentials).
@@ -258,6 +258,9 @@ async fn require_auth(State(auth): State<Arc<BasicAuth>>, req: Request, next: Ne
 pub struct AdminOptions {
     pub listen: SocketAddr,
     pub registry: Option<EmbeddedRegistry>,
+    /// The remote registry `cdc run` uses instead (URL without credentials): named in the
+    /// 404 answered on registry paths.
+    pub remote_registry: Option<String>,
     pub log: Option<Log>,
     pub basic_auth: Option<BasicAuth>,
     pub readiness: Readiness,
@@ -270,6 +273,7 @@ impl AdminOptions {
         AdminOptions {
             listen,
             registry: None,
+            remote_registry: None,
             log: None,
             basic_auth: None,
             readiness: Readiness::new(true),
@@ -279,6 +283,11 @@ impl AdminOptions {
     /// Also serve the registry API at `/` and `/registry/`.
     pub fn registry(mut self, r: EmbeddedRegistry) -> Self {
         self.registry = Some(r);
+        self
+    }
+    /// No registry API here: the connector uses the remote registry at `url`.
+    pub fn remote_registry(mut self, url: Option<String>) -> Self {
+        self.remote_registry = url;
         self
     }
     /// Export this log's metrics.
@@ -364,6 +373,15 @@ pub fn router(options: &AdminOptions) -> Router {
             ));
         }
         app = app.nest("/registry", api.clone()).merge(api);
+    } else if let Some(url) = &options.remote_registry {
+        // A client pointed here by habit learns where the schemas are.
+        let message = format!(
+            "HTTP 404 Not Found: this connector uses the schema registry at {url}; this address serves no registry API"
+        );
+        return app.fallback(move || {
+            let message = message.clone();
+            async move { ApiError::new(404, 404, message) }
+        });
     }
     app.fallback(not_found)
 }

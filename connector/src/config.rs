@@ -356,7 +356,8 @@ pub struct RegistryConfig {
     #[serde(default)]
     pub timeout_ms: Option<u64>,
     /// Default compatibility level of the embedded registry (subjects without their own
-    /// and no `PUT /config`); default BACKWARD.
+    /// and no `PUT /config`); default BACKWARD. An error with `url`: a remote registry's
+    /// levels are its own.
     #[serde(default)]
     pub compatibility: Option<String>,
 }
@@ -391,10 +392,42 @@ impl RegistryConfig {
             }
         }
         if let Some(u) = &self.url {
-            if !(u.starts_with("http://") || u.starts_with("https://")) {
+            let parsed = url::Url::parse(u)
+                .ok()
+                .filter(|p| matches!(p.scheme(), "http" | "https") && p.has_host());
+            let Some(parsed) = parsed else {
                 return Err((
                     "registry.url".into(),
-                    format!("{u:?}: use an http:// or https:// URL"),
+                    format!("{:?}: use an http:// or https:// URL", redact_userinfo(u)),
+                ));
+            };
+            if !parsed.username().is_empty() || parsed.password().is_some() {
+                return Err((
+                    "registry.url".into(),
+                    format!(
+                        "{:?} holds credentials: put them in registry.username and registry.password (better: CDC_REGISTRY__PASSWORD), or registry.bearer_token",
+                        redact_userinfo(u)
+                    ),
+                ));
+            }
+            if self.compatibility.is_some() {
+                return Err((
+                    "registry.compatibility".into(),
+                    "sets the embedded registry's default level, and registry.url is set: the remote registry's own levels apply (set them there: PUT /config, PUT /config/<subject>). Remove the key".into(),
+                ));
+            }
+        } else {
+            let remote_only = [
+                ("registry.username", self.username.is_some()),
+                ("registry.password", self.password.is_some()),
+                ("registry.bearer_token", self.bearer_token.is_some()),
+                ("registry.ca_file", self.ca_file.is_some()),
+                ("registry.timeout_ms", self.timeout_ms.is_some()),
+            ];
+            if let Some((key, _)) = remote_only.iter().find(|(_, set)| *set) {
+                return Err((
+                    key.to_string(),
+                    "is only used with a remote registry, and registry.url is not set (the embedded registry is used): set registry.url, or remove the key".into(),
                 ));
             }
         }
@@ -414,6 +447,18 @@ impl RegistryConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// `url` with any `user:password@` replaced by `***@`, for messages.
+pub fn redact_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+        None => url.to_string(),
     }
 }
 
@@ -781,23 +826,87 @@ listen = "127.0.0.1:8083"
             c.registry.compatibility_level(),
             cdc_schemas::compat::CompatibilityLevel::Backward
         );
-        let text = format!(
-            "{GOOD}[registry]\nurl = \"https://sr.example:8081\"\nusername = \"cdc\"\npassword = \"hunter2\"\nca_file = \"/etc/cdc/ca.pem\"\ntimeout_ms = 2500\ncompatibility = \"full_transitive\"\n"
-        );
-        let c = load(&text, &[("CDC_REGISTRY__PASSWORD", "from-env")]).unwrap();
+        let c = load(
+            &format!("{GOOD}[registry]\ncompatibility = \"full_transitive\"\n"),
+            &[],
+        )
+        .unwrap();
         assert_eq!(
             c.registry.compatibility_level(),
             cdc_schemas::compat::CompatibilityLevel::FullTransitive
         );
+        let text = format!(
+            "{GOOD}[registry]\nurl = \"https://sr.example:8081\"\nusername = \"cdc\"\npassword = \"hunter2\"\nca_file = \"/etc/cdc/ca.pem\"\ntimeout_ms = 2500\n"
+        );
+        let c = load(&text, &[("CDC_REGISTRY__PASSWORD", "from-env")]).unwrap();
         let o = c.registry.remote_options().unwrap();
         assert_eq!(o.url, "https://sr.example:8081");
+        assert_eq!(o.username.as_deref(), Some("cdc"));
         assert_eq!(o.password.as_deref(), Some("from-env"));
+        assert_eq!(o.bearer_token, None);
+        assert_eq!(
+            o.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/cdc/ca.pem"))
+        );
         assert_eq!(o.timeout, std::time::Duration::from_millis(2500));
+        // A level with a remote registry would be ignored: an error naming the key.
+        let e = load(
+            &format!("{GOOD}[registry]\nurl = \"http://sr:8081\"\ncompatibility = \"NONE\"\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`registry.compatibility`") && e.contains("remote"),
+            "{e}"
+        );
+        // Remote-only keys without a URL would be ignored too.
+        for line in [
+            "username = \"u\"\npassword = \"p\"",
+            "bearer_token = \"t\"",
+            "ca_file = \"/ca.pem\"",
+            "timeout_ms = 100",
+        ] {
+            let key = line.split(' ').next().unwrap();
+            let e = load(&format!("{GOOD}[registry]\n{line}\n"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("`registry.{key}`")) && e.contains("registry.url"),
+                "{line}: {e}"
+            );
+        }
+        // Credentials belong in their keys, and never show in the message.
+        let e = load(
+            &format!("{GOOD}[registry]\nurl = \"https://u:hunter2@sr:8081/x\"\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("`registry.url`")
+                && e.contains("registry.username")
+                && !e.contains("hunter2"),
+            "{e}"
+        );
+        assert_eq!(redact_userinfo("http://a:b@h:1/p@q"), "http://***@h:1/p@q");
+        assert_eq!(redact_userinfo("http://h:1/p@q"), "http://h:1/p@q");
         let dbg = format!("{:?} {:?}", c.registry, o);
         assert!(
             !dbg.contains("from-env") && !dbg.contains("hunter2"),
             "{dbg}"
         );
+        let c = load(
+            &format!("{GOOD}[registry]\nurl = \"http://sr:8081\"\nbearer_token = \"tok\"\n"),
+            &[],
+        )
+        .unwrap();
+        let o = c.registry.remote_options().unwrap();
+        assert_eq!(
+            (o.bearer_token.as_deref(), o.username.as_deref()),
+            (Some("tok"), None)
+        );
+        assert!(!format!("{:?}", c.registry).contains("tok\""));
         let e = load(
             &format!("{GOOD}[registry]\ncompatibility = \"SIDEWAYS\"\n"),
             &[],

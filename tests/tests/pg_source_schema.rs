@@ -2,7 +2,9 @@
 //! an incompatible one (a column's type int → text, rejected under BACKWARD) stops the
 //! connector with a definite error that names the table, the rule and the ways out, appends
 //! nothing of the change and acknowledges nothing past it — so a restart with
-//! `format.schema_change = "force"` delivers the row, exactly once.
+//! `format.schema_change = "force"` delivers the row, exactly once, and leaves the
+//! subject's compatibility as it was. `[registry] compatibility` is the embedded
+//! registry's default level, and levels set per subject on the admin API are honoured.
 
 mod pg_source_util;
 
@@ -10,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use cdc_harness::PgServer;
 use pg_source_util::*;
+use serde_json::json;
+
+const VALUE_SUBJECT: &str = "t.public.s-value";
 
 fn records_for_id(log_dir: &std::path::Path, id: i64) -> usize {
     read_topic(log_dir, "t.public.s")
@@ -43,6 +48,7 @@ async fn incompatible_change_stops_and_force_resumes_without_loss() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut c = connector(pg, &db, dir.path(), &["public.s"], "");
+    let admin = c.fixed_admin_port();
     c.start();
     let converge = |c: &Connector| {
         let log_dir = c.log_dir();
@@ -122,6 +128,120 @@ async fn incompatible_change_stops_and_force_resumes_without_loss() {
         "forcing must be logged loudly\n{}",
         c.output()
     );
+    // The subject had no level of its own before: it has none after (not NONE for good).
+    let (status, body) = http(&admin, "GET", &format!("/config/{VALUE_SUBJECT}"), None, "");
+    assert_eq!(
+        (status, body["error_code"].as_u64()),
+        (404, Some(40408)),
+        "after a forced change the subject must follow the global level again: {body}"
+    );
+    // With a level of its own (FULL), a forced change leaves it FULL.
+    let (status, body) = http(
+        &admin,
+        "PUT",
+        &format!("/config/{VALUE_SUBJECT}"),
+        Some(&json!({"compatibility": "FULL"})),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    // bigint, not int: a schema equal to an earlier version is that version again, and is
+    // not checked.
+    pg.execute(
+        &db,
+        "ALTER TABLE s ALTER COLUMN a TYPE bigint USING length(a); INSERT INTO s VALUES (4, 40, 'z');",
+    )
+    .await
+    .unwrap();
+    wait_for_id(&c, 4).await;
+    let (status, body) = http(&admin, "GET", &format!("/config/{VALUE_SUBJECT}"), None, "");
+    assert_eq!(
+        (status, body["compatibilityLevel"].as_str()),
+        (200, Some("FULL")),
+        "{body}"
+    );
+    let (_, versions) = http(
+        &admin,
+        "GET",
+        &format!("/subjects/{VALUE_SUBJECT}/versions"),
+        None,
+        "",
+    );
+    assert_eq!(
+        versions,
+        json!([1, 2, 3, 4]),
+        "both forced versions registered"
+    );
+    let log = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    assert_eq!(
+        log.matches("FORCED").count(),
+        2,
+        "two forced changes\n{log}"
+    );
     assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+}
+
+/// `[registry] compatibility = "NONE"` lets an incompatible change through; a level set on
+/// the subject through the admin API (BACKWARD) then stops the next one.
+#[tokio::test(flavor = "multi_thread")]
+async fn configured_default_level_and_subject_levels_are_honoured() {
+    let pg = PgServer::shared();
+    let db = pg.create_database().await.unwrap();
+    pg.execute(
+        &db,
+        "SET ROLE cdc; CREATE TABLE s (id int PRIMARY KEY, a int NOT NULL); INSERT INTO s VALUES (1, 10);",
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connector(
+        pg,
+        &db,
+        dir.path(),
+        &["public.s"],
+        "[registry]\ncompatibility = \"NONE\"\n",
+    );
+    let admin = c.fixed_admin_port();
+    c.start();
+    wait_for_id(&c, 1).await;
+    let (_, body) = http(&admin, "GET", "/config", None, "");
+    assert_eq!(body["compatibilityLevel"], "NONE", "{body}");
+
+    // Incompatible under BACKWARD, fine under the configured NONE.
+    pg.execute(
+        &db,
+        "ALTER TABLE s ALTER COLUMN a TYPE text; INSERT INTO s VALUES (2, 'twenty');",
+    )
+    .await
+    .unwrap();
+    wait_for_id(&c, 2).await;
+    c.assert_running();
+
+    // The subject's own level wins over the default.
+    let (status, body) = http(
+        &admin,
+        "PUT",
+        &format!("/config/{VALUE_SUBJECT}"),
+        Some(&json!({"compatibility": "BACKWARD"})),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    // bigint: int would be version 1 again, which is not checked.
+    pg.execute(
+        &db,
+        "ALTER TABLE s ALTER COLUMN a TYPE bigint USING length(a); INSERT INTO s VALUES (3, 30);",
+    )
+    .await
+    .unwrap();
+    let code = c.wait_exit().await;
+    let out = c.output();
+    assert_eq!(code, Some(1), "a definite error exits 1\n{out}");
+    for needle in ["public.s", "incompatible", "BACKWARD", VALUE_SUBJECT] {
+        assert!(
+            out.contains(needle),
+            "the error does not mention {needle:?}\n{out}"
+        );
+    }
+    assert_eq!(records_for_id(&c.log_dir(), 3), 0);
     drop_slot(pg, &db).await;
 }

@@ -466,4 +466,28 @@ impl SchemaRegistry for EmbeddedRegistry {
             blocking(move || this.set_compatibility_sync(subject.as_deref(), level)).await
         })
     }
+
+    fn subject_compatibility<'a>(
+        &'a self,
+        subject: &'a str,
+    ) -> RegistryFuture<'a, Option<CompatibilityLevel>> {
+        Box::pin(async move { Ok(EmbeddedRegistry::subject_compatibility(self, subject)) })
+    }
+
+    fn delete_subject_compatibility<'a>(&'a self, subject: &'a str) -> RegistryFuture<'a, ()> {
+        let this = self.clone();
+        let subject = subject.to_string();
+        Box::pin(async move {
+            blocking(move || match this.delete_compatibility(&subject) {
+                Ok(_) => Ok(()),
+                Err(RegistryError::Other { code, .. })
+                    if code == codes::SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            })
+            .await
+        })
+    }
 }

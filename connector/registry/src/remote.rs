@@ -9,7 +9,8 @@
 //!   backoff (bounded by `max_attempts` and `max_elapsed`); then
 //!   [`RegistryError::Unavailable`] (transient, the pipeline retries later). A 4xx is
 //!   definite at once: the body's Confluent `error_code` is mapped to the matching
-//!   [`RegistryError`] variant, 401/403 to [`RegistryError::Unauthorized`].
+//!   [`RegistryError`] variant, 401/403 to [`RegistryError::Unauthorized`]. A refused TLS
+//!   handshake (e.g. an untrusted certificate) is definite too: `Other` with status 0.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -198,6 +199,40 @@ fn bad_answer(what: &str) -> RegistryError {
     }
 }
 
+/// `e` and its causes, `: `-separated (reqwest's own message names only the URL).
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cur = c.source();
+    }
+    out
+}
+
+/// The rustls error under a request error, if the TLS handshake failed.
+fn tls_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(t) = c.downcast_ref::<rustls::Error>() {
+            return Some(t);
+        }
+        // io::Error's source() skips the error it wraps.
+        cur = match c
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => c.source(),
+        };
+    }
+    None
+}
+
 /// Maps a non-success answer to a [`RegistryError`].
 fn error_from(status: StatusCode, body: &str, subject: Option<&str>) -> RegistryError {
     let parsed: Option<Json> = serde_json::from_str(body).ok();
@@ -331,8 +366,16 @@ impl RemoteRegistry {
                     }
                     error_from(status, &text, subject)
                 }
-                Err(e) => RegistryError::Unavailable {
-                    detail: format!("{method} {url}: {e}"),
+                Err(e) => match tls_error(&e) {
+                    // A certificate or handshake the client refuses stays refused.
+                    Some(tls) => RegistryError::Other {
+                        status: 0,
+                        code: 0,
+                        message: format!("TLS with {url} failed: {tls}"),
+                    },
+                    None => RegistryError::Unavailable {
+                        detail: format!("{method} {url}: {}", with_causes(&e)),
+                    },
                 },
             };
             if !err.is_transient()
@@ -589,6 +632,51 @@ impl SchemaRegistry for RemoteRegistry {
             Ok(())
         })
     }
+
+    fn subject_compatibility<'a>(
+        &'a self,
+        subject: &'a str,
+    ) -> RegistryFuture<'a, Option<CompatibilityLevel>> {
+        Box::pin(async move {
+            let path = format!("/config/{}", enc(subject));
+            let v = match self.call(Method::GET, &path, None, Some(subject)).await {
+                Ok(v) => v,
+                // 40408 (no subject-level config); older registries answer 40401.
+                Err(e) if no_subject_level(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            let level = v
+                .get("compatibilityLevel")
+                .or_else(|| v.get("compatibility"))
+                .and_then(Json::as_str)
+                .ok_or_else(|| bad_answer("no \"compatibilityLevel\""))?;
+            level
+                .parse()
+                .map(Some)
+                .map_err(|_| RegistryError::InvalidCompatibilityLevel {
+                    level: level.to_string(),
+                })
+        })
+    }
+
+    fn delete_subject_compatibility<'a>(&'a self, subject: &'a str) -> RegistryFuture<'a, ()> {
+        Box::pin(async move {
+            let path = format!("/config/{}", enc(subject));
+            match self.call(Method::DELETE, &path, None, Some(subject)).await {
+                Ok(_) => Ok(()),
+                Err(e) if no_subject_level(&e) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+    }
+}
+
+/// The answer of a registry asked for a subject's own level when it has none.
+fn no_subject_level(e: &RegistryError) -> bool {
+    matches!(
+        e,
+        RegistryError::SubjectNotFound { .. } | RegistryError::Other { code: 40408, .. }
+    )
 }
 
 #[cfg(test)]

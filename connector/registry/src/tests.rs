@@ -237,6 +237,19 @@ async fn compatibility_levels_incl_transitive() {
         r.delete_compatibility("s").unwrap_err().error_code(),
         codes::SUBJECT_LEVEL_COMPATIBILITY_NOT_CONFIGURED
     );
+    // The same through the trait: no own level is `None`, and deleting none is fine.
+    let dynr: &dyn SchemaRegistry = &r;
+    assert_eq!(dynr.subject_compatibility("s").await.unwrap(), None);
+    dynr.delete_subject_compatibility("s").await.unwrap();
+    dynr.set_compatibility(Some("s"), CompatibilityLevel::Full)
+        .await
+        .unwrap();
+    assert_eq!(
+        dynr.subject_compatibility("s").await.unwrap(),
+        Some(CompatibilityLevel::Full)
+    );
+    dynr.delete_subject_compatibility("s").await.unwrap();
+    assert_eq!(r.subject_compatibility("s"), None);
 }
 
 #[tokio::test]

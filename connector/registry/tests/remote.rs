@@ -108,6 +108,23 @@ async fn trait_calls_against_a_real_server() {
         }
         other => panic!("{other:?}"),
     }
+    // A subject's own level, apart from the global one it falls back to.
+    assert_eq!(
+        r.subject_compatibility("t-value").await.unwrap(),
+        Some(CompatibilityLevel::Full)
+    );
+    assert_eq!(r.subject_compatibility("other").await.unwrap(), None);
+    r.delete_subject_compatibility("t-value").await.unwrap();
+    assert_eq!(r.subject_compatibility("t-value").await.unwrap(), None);
+    assert_eq!(
+        r.compatibility(Some("t-value")).await.unwrap(),
+        CompatibilityLevel::Forward
+    );
+    // Deleting a level that is not there is not an error.
+    r.delete_subject_compatibility("t-value").await.unwrap();
+    r.set_compatibility(Some("t-value"), CompatibilityLevel::Full)
+        .await
+        .unwrap();
     let e = r
         .register("t-value", &Schema::avro("{\"type\":\"nope\"}"))
         .await

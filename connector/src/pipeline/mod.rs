@@ -9,7 +9,8 @@
 //! checked — and the ids set on the encoder. An incompatible change stops the pipeline with a
 //! definite error naming the table, the subject, its rule and the ways out; nothing of that
 //! batch is appended and nothing past it is acknowledged (`format.schema_change = "force"`
-//! instead sets the subject's compatibility to NONE, registers, and logs a warning).
+//! instead sets the subject's compatibility to NONE, registers, logs a warning and restores
+//! the subject's level as it was: its own level, or none).
 //!
 //! # Durability (the safety argument)
 //!
@@ -47,6 +48,7 @@
 mod encode;
 pub mod progress;
 pub mod queue;
+pub mod registry;
 pub mod run;
 
 use std::collections::{HashMap, VecDeque};
@@ -81,7 +83,7 @@ pub struct PipelineConfig {
 /// Why the pipeline stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    #[error("table {table}: incompatible schema change (columns {columns}): {error}. Nothing of this table was appended or acknowledged past it. Ways out: make the change compatible (e.g. give new columns a default / keep types), relax the subject's compatibility (PUT /config/<subject> on the admin API), route the table to a new topic, or set format.schema_change = \"force\" and restart")]
+    #[error("table {table}: incompatible schema change (columns {columns}): {error}. Nothing of this table was appended or acknowledged past it. Ways out: make the change compatible (e.g. give new columns a default / keep types), relax the subject's compatibility (PUT /config/<subject> on the schema registry: the admin address for the embedded one), route the table to a new topic, or set format.schema_change = \"force\" and restart")]
     Incompatible {
         table: String,
         columns: String,
@@ -89,6 +91,14 @@ pub enum PipelineError {
     },
     #[error("schema registry: {0}")]
     Registry(RegistryError),
+    /// Definite: a restart would find the schema registered and not restore the level.
+    #[error("schema registry: the forced schema change of {subject} went through, but its compatibility could not be set back to {}: {error}. Nothing past it was appended or acknowledged. Restore it by hand ({} on the registry), then start again", level_name(*level), restore_request(subject, *level))]
+    RestoreCompatibility {
+        subject: String,
+        /// The subject's own level before; `None`: it had none.
+        level: Option<CompatibilityLevel>,
+        error: RegistryError,
+    },
     #[error("encoding a record: {0}")]
     Encode(#[from] cdc_schemas::encode::EncodeError),
     #[error("an encoding task failed: {0}. Nothing of its batch was appended or acknowledged; report this as a bug")]
@@ -539,39 +549,105 @@ impl Pipeline {
         change: Option<(Option<&TableSchema>, &TableSchema)>,
     ) -> Result<u32, PipelineError> {
         let schema = Schema::avro(text);
-        let mut attempt = 0u32;
-        loop {
-            match self.registry.register(subject, &schema).await {
-                Ok(id) => return Ok(id),
-                Err(e @ RegistryError::Incompatible { .. }) => {
-                    let columns = change
-                        .map(|(old, new)| changed_columns(old, new))
-                        .unwrap_or_else(|| "?".into());
-                    if !self.cfg.force_schema_change {
-                        return Err(PipelineError::Incompatible {
-                            table: table.to_string(),
-                            columns,
-                            error: e,
-                        });
-                    }
-                    tracing::warn!(table, subject, columns, error = %e, "FORCED incompatible schema change (format.schema_change = \"force\"): the subject's compatibility is set to NONE; consumers of this topic may fail to read the new records");
-                    self.registry
-                        .set_compatibility(Some(subject), CompatibilityLevel::None)
-                        .await
-                        .map_err(PipelineError::Registry)?;
-                    return self
-                        .registry
-                        .register(subject, &schema)
-                        .await
-                        .map_err(PipelineError::Registry);
+        match with_retries(subject, || self.registry.register(subject, &schema)).await {
+            Ok(id) => Ok(id),
+            Err(e @ RegistryError::Incompatible { .. }) => {
+                let columns = change
+                    .map(|(old, new)| changed_columns(old, new))
+                    .unwrap_or_else(|| "?".into());
+                if !self.cfg.force_schema_change {
+                    return Err(PipelineError::Incompatible {
+                        table: table.to_string(),
+                        columns,
+                        error: e,
+                    });
                 }
-                Err(e) if e.is_transient() && attempt < 8 => {
-                    attempt += 1;
-                    tracing::warn!(subject, error = %e, attempt, "schema registry unavailable; retrying");
-                    tokio::time::sleep(Duration::from_millis(100 << attempt.min(6))).await;
-                }
-                Err(e) => return Err(PipelineError::Registry(e)),
+                self.force_register(subject, &schema, table, &columns, &e)
+                    .await
             }
+            Err(e) => Err(PipelineError::Registry(e)),
+        }
+    }
+
+    /// `format.schema_change = "force"`: sets `subject` to NONE, registers, and puts the
+    /// subject's level back as it was — its own level, or none (following the global one
+    /// again) — so that later changes are checked as before.
+    async fn force_register(
+        &self,
+        subject: &str,
+        schema: &Schema,
+        table: &str,
+        columns: &str,
+        error: &RegistryError,
+    ) -> Result<u32, PipelineError> {
+        let registry = &*self.registry;
+        let previous = with_retries(subject, || registry.subject_compatibility(subject))
+            .await
+            .map_err(PipelineError::Registry)?;
+        let previous_name = level_name(previous);
+        tracing::warn!(table, subject, columns, %error, previous_level = previous_name, "FORCED incompatible schema change (format.schema_change = \"force\"): registering under compatibility NONE, then restoring the subject's level; consumers of this topic may fail to read the new records");
+        with_retries(subject, || {
+            registry.set_compatibility(Some(subject), CompatibilityLevel::None)
+        })
+        .await
+        .map_err(PipelineError::Registry)?;
+        let registered = with_retries(subject, || registry.register(subject, schema)).await;
+        // Restored whether or not the registration went through.
+        let restored = match previous {
+            Some(level) => {
+                with_retries(subject, || registry.set_compatibility(Some(subject), level)).await
+            }
+            None => with_retries(subject, || registry.delete_subject_compatibility(subject)).await,
+        };
+        if let Err(e) = restored {
+            return Err(PipelineError::RestoreCompatibility {
+                subject: subject.to_string(),
+                level: previous,
+                error: e,
+            });
+        }
+        let id = registered.map_err(PipelineError::Registry)?;
+        tracing::info!(
+            subject,
+            id,
+            level = previous_name,
+            "forced schema registered; the subject's compatibility is restored"
+        );
+        Ok(id)
+    }
+}
+
+/// A subject's own level for messages; `None`: it has none.
+fn level_name(level: Option<CompatibilityLevel>) -> &'static str {
+    level.map_or("(none: the global level)", |l| l.as_str())
+}
+
+/// The request that gives `subject` its own `level` back (or removes its own level).
+fn restore_request(subject: &str, level: Option<CompatibilityLevel>) -> String {
+    match level {
+        Some(l) => format!(
+            "PUT /config/{subject} with {{\"compatibility\": \"{}\"}}",
+            l.as_str()
+        ),
+        None => format!("DELETE /config/{subject}"),
+    }
+}
+
+/// Retries a registry call on transient errors (8 times, backoff 200 ms doubling to 6.4 s)
+/// on top of the client's own retries; then returns the error for the supervisor.
+async fn with_retries<'a, T>(
+    subject: &str,
+    mut call: impl FnMut() -> cdc_schemas::registry::RegistryFuture<'a, T>,
+) -> Result<T, RegistryError> {
+    let mut attempt = 0u32;
+    loop {
+        match call().await {
+            Err(e) if e.is_transient() && attempt < 8 => {
+                attempt += 1;
+                tracing::warn!(subject, error = %e, attempt, "schema registry unavailable; retrying");
+                tokio::time::sleep(Duration::from_millis(100 << attempt.min(6))).await;
+            }
+            r => return r,
         }
     }
 }
@@ -713,6 +789,80 @@ mod tests {
                 ));
             }
         }
+    }
+
+    fn table_v_int(name: &str) -> Arc<TableSchema> {
+        let cols = vec![
+            Column::new("id", ColumnType::Int64, "int8").not_null(),
+            Column::new("v", ColumnType::Int64, "int8"),
+        ];
+        Arc::new(TableSchema::new(TableId::new("public", name), cols, &["id"]).unwrap())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn forced_change_restores_the_subjects_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
+        let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
+        let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
+        // `a` has its own level, `b` follows the global one.
+        registry
+            .set_compatibility_sync(Some("t.public.a-value"), CompatibilityLevel::Full)
+            .unwrap();
+        let (dtx, _drx) = DurablePublisher::new(None);
+        let pipeline = Pipeline::new(
+            log.clone(),
+            Arc::new(registry.clone()),
+            PipelineConfig {
+                encoder: EncoderConfig::new(
+                    SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
+                    RecordFormat::Json {
+                        schemas_enable: false,
+                    },
+                ),
+                router: TopicRouter::new("t", &[]).unwrap(),
+                topic_config: TopicConfig::default(),
+                force_schema_change: true,
+                group_commit_bytes: 1 << 30,
+                group_commit: Duration::from_secs(60),
+            },
+            dtx,
+        );
+        let (tx, rx) = queue::channel(4 << 20);
+        let run = tokio::spawn(pipeline.run(rx));
+        let mut lsn = 100;
+        for name in ["a", "b"] {
+            // v: text, then int8 — incompatible under FULL and BACKWARD alike.
+            for t in [table(name, false), table_v_int(name)] {
+                let vals = if matches!(t.columns[1].ty, ColumnType::Int64) {
+                    vec![Value::Int64(1), Value::Int64(2)]
+                } else {
+                    vec![Value::Int64(1), Value::Text("x".into())]
+                };
+                lsn += 10;
+                tx.send(ChangeBatch {
+                    events: vec![
+                        ChangeEvent::create(t.clone(), Row::new(vals), position(lsn), 0).unwrap(),
+                    ],
+                    commit: Some(pos(lsn)),
+                    approx_bytes: 0,
+                })
+                .await
+                .unwrap();
+            }
+        }
+        drop(tx);
+        let (stats, r) = run.await.unwrap();
+        r.unwrap();
+        assert_eq!(stats.records, 4);
+        for s in ["t.public.a-value", "t.public.b-value"] {
+            assert_eq!(registry.versions(s, false).unwrap().len(), 2, "{s}");
+        }
+        assert_eq!(
+            registry.subject_compatibility("t.public.a-value"),
+            Some(CompatibilityLevel::Full)
+        );
+        assert_eq!(registry.subject_compatibility("t.public.b-value"), None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

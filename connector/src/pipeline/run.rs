@@ -9,15 +9,14 @@
 //! crash would — and the next attempt, after a backoff, resumes from the checkpoint. A
 //! definite error exits 1; shutdown (SIGTERM / Ctrl-C) drains and exits 0.
 //!
-//! The schema registry gets its own log at `<log.dir>/registry`: it flushes on every
-//! registration, and a flush of the data log in the middle of a transaction would make
-//! part of it durable under the previous checkpoint.
+//! The schema registry is the embedded one in its own log at `<log.dir>/registry`, or the
+//! remote one at `[registry] url` (see [`super::registry`]).
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdc_log::{FlushPolicy, Log, LogOptions};
+use cdc_log::{FlushPolicy, Log};
 use cdc_schemas::encode::{
     BinaryHandlingMode, ConnectorKind, DecimalHandlingMode, EncoderConfig, IntervalHandlingMode,
     RecordFormat, SourceInfo, TimePrecisionMode, TopicRouter,
@@ -107,31 +106,15 @@ pub async fn run(config: Config) -> ExitCode {
     if config.log.flush_interval_ms.is_some() || config.log.flush_bytes.is_some() {
         tracing::warn!("log.flush_interval_ms / log.flush_bytes are ignored by `cdc run`: the pipeline flushes at transaction boundaries only (a flush inside a transaction would break exactly-once)");
     }
-    // The registry's compacted `_schemas` topic gets the same maintenance as the data.
-    let registry_options = LogOptions {
-        maintenance_interval: config.log.log_options().maintenance_interval,
-        ..LogOptions::default()
-    };
-    let registry_log = match Log::open(config.log.dir.join("registry"), registry_options) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!(
-                "error: cannot open the schema registry's log at {}: {e}",
-                config.log.dir.join("registry").display()
-            );
-            return ExitCode::from(1);
-        }
-    };
-    let registry = match cdc_registry::EmbeddedRegistry::open(registry_log) {
+    let opened = match super::registry::open_registry(&config).await {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot open the embedded schema registry: {e}");
-            return ExitCode::from(1);
+            eprintln!("error: {e}");
+            return ExitCode::from(e.exit_code());
         }
     };
     let shutdown = shutdown_signal();
-    let admin_opts =
-        crate::admin::AdminOptions::new(config.admin.listen).registry(registry.clone());
+    let admin_opts = opened.admin_options(config.admin.listen);
     let metrics = admin_opts.metrics.clone();
     // The admin server stops on shutdown, or when the connector is done by itself
     // (`initial_only`, a definite error): then it must not hold the exit up.
@@ -155,7 +138,7 @@ pub async fn run(config: Config) -> ExitCode {
             tracing::warn!(error = %e, "admin server not started; the connector runs without it")
         }
     }
-    let registry: Arc<dyn SchemaRegistry> = Arc::new(registry);
+    let registry: Arc<dyn SchemaRegistry> = opened.registry;
     // Snapshot progress: bar on a terminal, log lines otherwise, gauges on /metrics.
     let snapshot_progress = SnapshotProgress::new();
     let progress_reporter = super::progress::spawn(snapshot_progress.clone(), &metrics);

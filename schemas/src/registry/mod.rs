@@ -192,4 +192,15 @@ pub trait SchemaRegistry: Send + Sync {
         subject: Option<&'a str>,
         level: CompatibilityLevel,
     ) -> RegistryFuture<'a, ()>;
+
+    /// The level set on `subject` itself; `None` when it has none and follows the global
+    /// level (Confluent's `GET /config/{subject}` without `defaultToGlobal`).
+    fn subject_compatibility<'a>(
+        &'a self,
+        subject: &'a str,
+    ) -> RegistryFuture<'a, Option<CompatibilityLevel>>;
+
+    /// Removes `subject`'s own level, so that it follows the global one again; not an
+    /// error when it had none (Confluent's `DELETE /config/{subject}`).
+    fn delete_subject_compatibility<'a>(&'a self, subject: &'a str) -> RegistryFuture<'a, ()>;
 }

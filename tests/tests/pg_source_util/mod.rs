@@ -357,3 +357,144 @@ impl Connector {
         }
     }
 }
+
+/// A loopback port free right now (the kernel's pick; released before it is used).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Connector {
+    /// Moves the admin server to a fixed free port (before `start`); returns its address.
+    pub fn fixed_admin_port(&mut self) -> String {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        assert!(text.contains("listen = \"127.0.0.1:0\""), "{text}");
+        let text = text.replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{addr}\""));
+        std::fs::write(&self.config, text).unwrap();
+        addr
+    }
+
+    /// Waits (60 s at most) for the process to exit; returns its code.
+    pub async fn wait_exit(&mut self) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the connector kept running\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        self.child = None;
+        status.code()
+    }
+}
+
+/// A minimal HTTP/1.1 request to `addr` (Connection: close), with extra header lines (each
+/// ending in `\r\n`); returns the status and the body (JSON when it parses).
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Json>,
+    headers: &str,
+) -> (u16, Json) {
+    use std::io::{Read, Write};
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).expect("read response");
+    let text = String::from_utf8(resp).expect("utf-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP response");
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("status");
+    let json = serde_json::from_str(body).unwrap_or(Json::String(body.to_string()));
+    (status, json)
+}
+
+/// A `cdc registry serve` process on a fixed port (so it can be restarted in place);
+/// SIGTERM on drop.
+pub struct RegistryServe {
+    pub child: Option<Child>,
+    pub addr: String,
+    data: PathBuf,
+    args: Vec<String>,
+}
+
+impl RegistryServe {
+    /// Serves the registry kept in `data` on `127.0.0.1:port`, with `args` added.
+    pub fn start(data: &Path, port: u16, args: &[&str]) -> RegistryServe {
+        let mut r = RegistryServe {
+            child: None,
+            addr: format!("127.0.0.1:{port}"),
+            data: data.to_path_buf(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        r.restart();
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Starts the process (again) and waits until it listens.
+    pub fn restart(&mut self) {
+        use std::io::BufRead;
+        assert!(self.child.is_none());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+            .args(["registry", "serve", "--listen", &self.addr, "--data"])
+            .arg(&self.data)
+            .args(&self.args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the registry did not print its address within 30 s");
+        assert!(line.starts_with("listening on http://"), "{line:?}");
+        self.child = Some(child);
+    }
+
+    /// SIGTERM; waits for the exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(c.id() as i32, libc::SIGTERM);
+            }
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RegistryServe {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
