@@ -148,7 +148,9 @@ async fn remote_registry_ids_credentials_and_outage() {
         &registry_section(&registry.url(), "not-the-pass-77"),
     );
     c.start();
-    let code = c.wait_exit().await;
+    let code = c
+        .wait_exit(Duration::from_secs(60), "the connector kept running")
+        .await;
     let out = c.output();
     assert_eq!(code, Some(1), "{out}");
     assert!(
@@ -168,7 +170,9 @@ async fn remote_registry_ids_credentials_and_outage() {
     )
     .unwrap();
     c.start();
-    let code = c.wait_exit().await;
+    let code = c
+        .wait_exit(Duration::from_secs(60), "the connector kept running")
+        .await;
     let out = c.output();
     assert_eq!(code, Some(1), "{out}");
     assert!(

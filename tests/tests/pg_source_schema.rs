@@ -233,7 +233,9 @@ async fn configured_default_level_and_subject_levels_are_honoured() {
     )
     .await
     .unwrap();
-    let code = c.wait_exit().await;
+    let code = c
+        .wait_exit(Duration::from_secs(60), "the connector kept running")
+        .await;
     let out = c.output();
     assert_eq!(code, Some(1), "a definite error exits 1\n{out}");
     for needle in ["public.s", "incompatible", "BACKWARD", VALUE_SUBJECT] {

@@ -377,24 +377,6 @@ impl Connector {
         std::fs::write(&self.config, text).unwrap();
         addr
     }
-
-    /// Waits (60 s at most) for the process to exit; returns its code.
-    pub async fn wait_exit(&mut self) -> Option<i32> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let status = loop {
-            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the connector kept running\n{}",
-                self.output()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        };
-        self.child = None;
-        status.code()
-    }
 }
 
 /// A minimal HTTP/1.1 request to `addr` (Connection: close), with extra header lines (each
