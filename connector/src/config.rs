@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use cdc_schemas::encode::TopicRouter;
 use cdc_sources::config::{SnapshotConfig, SourceConfig, SourceSpec};
 use cdc_sources::Secret;
 use serde::Deserialize;
@@ -34,6 +35,19 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub format: FormatConfig,
     pub snapshot: SnapshotConfig,
+    /// `[[routing]]`: topic routing rules, tried in order.
+    pub routing: Vec<RouteConfig>,
+}
+
+/// One `[[routing]]` rule: Kafka Connect's `RegexRouter` / Debezium's
+/// `ByLogicalTableRouter` (`topic.regex`, `topic.replacement`). `regex` must match the
+/// whole default topic name (`<name>.<schema>.<table>`, `<name>.message`); the first
+/// rule that matches replaces the name with `replacement` (`$1`, `${name}`: groups).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub regex: String,
+    pub replacement: String,
 }
 
 /// The file as serde reads it: `[source]` stays a table for [`SourceConfig::from_table`].
@@ -55,6 +69,9 @@ struct RawConfig {
     /// `[snapshot]`: the initial snapshot.
     #[serde(default)]
     snapshot: SnapshotConfig,
+    /// `[[routing]]`: topic routing rules.
+    #[serde(default)]
+    routing: Vec<RouteConfig>,
 }
 
 /// `[format]`: how records are encoded and what a schema change does.
@@ -458,6 +475,10 @@ pub enum ConfigError {
 /// The environment variable prefix.
 pub const ENV_PREFIX: &str = "CDC_";
 
+/// Top-level keys settable from the environment (`CDC_NAME`, `CDC_ROUTING`); other
+/// `CDC_*` variables without `__` are not configuration.
+const TOP_LEVEL_ENV: &[&str] = &["NAME", "ROUTING"];
+
 impl Config {
     /// Reads `path`, applies the process environment's overrides, validates.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -487,7 +508,7 @@ impl Config {
             let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
                 continue;
             };
-            if !rest.contains("__") && rest != "NAME" {
+            if !rest.contains("__") && !TOP_LEVEL_ENV.contains(&rest) {
                 continue;
             }
             let key = rest.to_ascii_lowercase().replace("__", ".");
@@ -575,7 +596,39 @@ impl Config {
                 ));
             }
         }
+        self.topic_router()?;
+        for (i, r) in self.routing.iter().enumerate() {
+            if let Some(c) = r.replacement.chars().find(|c| {
+                !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '$' | '{' | '}'))
+            }) {
+                return Err((
+                    format!("routing[{i}].replacement"),
+                    format!("{:?} has {c:?}: topic names are made of a-z A-Z 0-9 . _ - (and $1, ${{name}} refer to groups of the regex)", r.replacement),
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The topic router of `[[routing]]` (valid after [`Config::validate`]); an error
+    /// names `routing[i].regex` or `routing[i].replacement`.
+    pub fn topic_router(&self) -> Result<TopicRouter, (String, String)> {
+        let rules: Vec<(&str, &str)> = self
+            .routing
+            .iter()
+            .map(|r| (r.regex.as_str(), r.replacement.as_str()))
+            .collect();
+        TopicRouter::new(&self.name, &rules).map_err(|e| {
+            let (part, fix) = if e.in_replacement {
+                ("replacement", "refer only to groups of the regex: $1, ${1} or ${name} of (?<name>…)")
+            } else {
+                ("regex", "write a regex (Rust `regex` syntax, as Java's without look-around) that matches whole topic names such as \"<name>.<schema>.<table>\"")
+            };
+            (
+                format!("routing[{}].{part}", e.index),
+                format!("{:?}: {}; {fix}", e.pattern, e.reason),
+            )
+        })
     }
 
     /// The `[format]` keys.
@@ -690,6 +743,7 @@ fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
         registry: raw.registry,
         format: raw.format,
         snapshot: raw.snapshot,
+        routing: raw.routing,
     })
 }
 
@@ -1008,6 +1062,59 @@ listen = "127.0.0.1:8083"
             .to_string();
         assert!(
             e.contains("CDC_LOG__COMPRESSION") && e.contains("`log.compression`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn routing_rules_reach_the_router_and_are_validated() {
+        let text = format!(
+            "{GOOD}[[routing]]\nregex = 'inventory\\.public\\.orders_(\\d+)'\nreplacement = 'inventory.orders'\n[[routing]]\nregex = '(?<p>[^.]+)\\.public\\.(.*)'\nreplacement = '${{p}}.$2'\n"
+        );
+        let c = load(&text, &[]).unwrap();
+        let r = c.topic_router().unwrap();
+        let id = cdc_schemas::TableId::new;
+        assert_eq!(r.topic_for(&id("public", "orders_7")), "inventory.orders");
+        assert_eq!(r.topic_for(&id("public", "items")), "inventory.items");
+        assert_eq!(r.topic_for(&id("sales", "x")), "inventory.sales.x");
+        for (rule, key) in [
+            ("regex = 'a('\nreplacement = 'b'", "routing[0].regex"),
+            (
+                "regex = 'a(.*)'\nreplacement = 'b$2'",
+                "routing[0].replacement",
+            ),
+            ("regex = 'a'", "routing[0].replacement"),
+            (
+                "regex = 'a'\nreplacement = 'b'\ntopic = 'c'",
+                "routing[0].topic",
+            ),
+        ] {
+            let e = load(&format!("{GOOD}[[routing]]\n{rule}\n"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("`{key}`")), "{rule}: {e}");
+        }
+        // From the environment, as a TOML array of tables.
+        let c = load(
+            GOOD,
+            &[(
+                "CDC_ROUTING",
+                r#"[{regex = 'inventory\.public\.(.*)', replacement = 'x.$1'}]"#,
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            c.topic_router().unwrap().topic_for(&id("public", "t")),
+            "x.t"
+        );
+        let e = load(
+            GOOD,
+            &[("CDC_ROUTING", r#"[{regex = '(', replacement = 'x'}]"#)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("environment variable CDC_ROUTING") && e.contains("`routing[0].regex`"),
             "{e}"
         );
     }

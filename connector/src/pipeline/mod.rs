@@ -2,11 +2,14 @@
 //! embedded log → flush with the source position → publish the durable position.
 //!
 //! Per event: the topic comes from the [`TopicRouter`] (`<name>.<schema>.<table>`, logical
-//! messages `<name>.message`); the [`Encoder`] is cached per table and rebuilt when the
-//! table's schema changes (a new Relation). Before the first record of a new schema version
-//! is appended, the encoder's Avro key and value schemas are registered under
-//! `<topic>-key` / `<topic>-value` — whatever the output format, so compatibility is always
-//! checked — and the ids set on the encoder. An incompatible change stops the pipeline with a
+//! messages `<name>.message`, rewritten by the `[[routing]]` rules); the [`Encoder`] is
+//! cached per table and rebuilt when the table's schema changes (a new Relation). Before
+//! the first record of a new schema version is appended, the encoder's Avro key and value
+//! schemas are registered — whatever the output format, so compatibility is always checked
+//! — and the ids set on the encoder. Subjects are `<topic>-key` / `<topic>-value`
+//! (Confluent's TopicNameStrategy); on a topic a routing rule produced, which may hold
+//! several tables, `<topic>-<record name>` (TopicRecordNameStrategy), so each table keeps
+//! its own history. An incompatible change stops the pipeline with a
 //! definite error naming the table, the subject, its rule and the ways out; nothing of that
 //! batch is appended and nothing past it is acknowledged (`format.schema_change = "force"`
 //! instead sets the subject's compatibility to NONE, registers, and logs a warning).
@@ -81,7 +84,7 @@ pub struct PipelineConfig {
 /// Why the pipeline stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    #[error("table {table}: incompatible schema change (columns {columns}): {error}. Nothing of this table was appended or acknowledged past it. Ways out: make the change compatible (e.g. give new columns a default / keep types), relax the subject's compatibility (PUT /config/<subject> on the admin API), route the table to a new topic, or set format.schema_change = \"force\" and restart")]
+    #[error("table {table}: incompatible schema change (columns {columns}): {error}. Nothing of this table was appended or acknowledged past it. Ways out: make the change compatible (e.g. give new columns a default / keep types), relax the subject's compatibility (PUT /config/<subject> on the admin API), route the table to a new topic with a [[routing]] rule (regex, replacement), or set format.schema_change = \"force\" and restart")]
     Incompatible {
         table: String,
         columns: String,
@@ -164,6 +167,8 @@ pub struct Pipeline {
     pool: BufPool,
     /// Records of a transaction whose commit is not appended yet are in the log.
     partial: bool,
+    /// The first table seen on each routed topic (to warn about shared keys once).
+    routed_tables: HashMap<String, TableId>,
 }
 
 impl InFlight {
@@ -197,6 +202,7 @@ impl Pipeline {
             max_inflight: cores.clamp(2, 8),
             pool: BufPool::default(),
             partial: false,
+            routed_tables: HashMap::new(),
         }
     }
 
@@ -462,12 +468,13 @@ impl Pipeline {
                 return Ok(());
             }
             let mut enc = Encoder::for_messages(&self.cfg.encoder)?;
-            let topic = self
-                .cfg
-                .router
-                .route(&format!("{}.message", self.cfg.encoder.source.topic_prefix));
+            let default = self.cfg.router.default_message_topic();
+            let (topic, routed) = match self.cfg.router.routed(&default) {
+                Some(t) => (t, true),
+                None => (default, false),
+            };
             let ids = self
-                .register(&topic, &enc, "<logical decoding messages>", None)
+                .register(&topic, routed, &enc, "<logical decoding messages>", None)
                 .await?;
             enc.set_schema_ids(ids);
             let topic = self.topic(&topic)?;
@@ -483,10 +490,18 @@ impl Pipeline {
             None => None,
         };
         let mut enc = Encoder::new(&self.cfg.encoder, schema)?;
-        let topic = self.cfg.router.topic_for(&schema.id);
+        let default = self.cfg.router.default_topic(&schema.id);
+        let (topic, routed) = match self.cfg.router.routed(&default) {
+            Some(t) => (t, true),
+            None => (default, false),
+        };
+        if routed {
+            self.note_routed(&topic, &schema.id);
+        }
         let ids = self
             .register(
                 &topic,
+                routed,
                 &enc,
                 &schema.id.to_string(),
                 Some((previous.as_deref(), schema)),
@@ -506,29 +521,45 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Registers `enc`'s schemas under the subjects of `topic` ([`subject`]).
     async fn register(
         &self,
         topic: &str,
+        routed: bool,
         enc: &Encoder,
         table: &str,
         change: Option<(Option<&TableSchema>, &TableSchema)>,
     ) -> Result<SchemaIds, PipelineError> {
         let key = match enc.avro_key_schema() {
             Some(k) => Some(
-                self.register_one(&format!("{topic}-key"), k, table, change)
+                self.register_one(&subject(topic, routed, "key", k), k, table, change)
                     .await?,
             ),
             None => None,
         };
+        let v = enc.avro_value_schema();
         let value = self
-            .register_one(
-                &format!("{topic}-value"),
-                enc.avro_value_schema(),
-                table,
-                change,
-            )
+            .register_one(&subject(topic, routed, "value", v), v, table, change)
             .await?;
         Ok(SchemaIds { key, value })
+    }
+
+    /// A second table on a routed topic: their keys are not made unique across tables,
+    /// which compaction must know about. Said once per topic.
+    fn note_routed(&mut self, topic: &str, table: &TableId) {
+        match self.routed_tables.get(topic) {
+            None => {
+                self.routed_tables.insert(topic.to_string(), table.clone());
+            }
+            Some(first) if first != table => {
+                if self.cfg.topic_config.cleanup_policy.compact {
+                    tracing::warn!(topic, first = %first, second = %table, "[[routing]] sends two tables to one compacted topic: records of both with equal keys are one key to compaction, which keeps only the newest; give the tables disjoint keys or use log.cleanup_policy = \"delete\"");
+                }
+                // Warned (or nothing to warn about): remember this pair as seen.
+                self.routed_tables.insert(topic.to_string(), table.clone());
+            }
+            Some(_) => {}
+        }
     }
 
     async fn register_one(
@@ -617,6 +648,26 @@ fn append_encoded(topic: &Topic, buf: &RecordBuf, ts: i64) -> Result<(u64, u64),
         }
     })?;
     Ok((records.len() as u64, buf.bytes.len() as u64))
+}
+
+/// The registry subject of a topic's key or value schema (`schema`: its Avro text):
+/// `<topic>-key` / `<topic>-value` (TopicNameStrategy), or on a routed topic
+/// `<topic>-<the record's full name>` (TopicRecordNameStrategy).
+pub fn subject(topic: &str, routed: bool, suffix: &str, schema: &str) -> String {
+    match avro_full_name(schema).filter(|_| routed) {
+        Some(name) => format!("{topic}-{name}"),
+        None => format!("{topic}-{suffix}"),
+    }
+}
+
+/// The full name (`namespace.name`) of an Avro named schema's JSON.
+fn avro_full_name(schema: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(schema).ok()?;
+    let name = v.get("name")?.as_str()?;
+    match v.get("namespace").and_then(|n| n.as_str()) {
+        Some(ns) if !ns.is_empty() && !name.contains('.') => Some(format!("{ns}.{name}")),
+        _ => Some(name.to_string()),
+    }
 }
 
 /// Columns added, removed or changed between two versions of a table, for messages.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use cdc_log::{FlushPolicy, Log, LogOptions};
 use cdc_schemas::encode::{
     BinaryHandlingMode, ConnectorKind, DecimalHandlingMode, EncoderConfig, IntervalHandlingMode,
-    RecordFormat, SourceInfo, TimePrecisionMode, TopicRouter,
+    RecordFormat, SourceInfo, TimePrecisionMode,
 };
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::Checkpoint;
@@ -203,7 +203,7 @@ pub async fn run(config: Config) -> ExitCode {
             registry.clone(),
             PipelineConfig {
                 encoder: encoder_config(&config, connector_kind, &database),
-                router: TopicRouter::new(&config.name, &[]).expect("no rules"),
+                router: config.topic_router().expect("validated at load"),
                 topic_config: topic_config.clone(),
                 force_schema_change: config.format.schema_change == "force",
                 group_commit_bytes: config.source.common.group_commit_bytes,
