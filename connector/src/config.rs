@@ -1118,4 +1118,34 @@ listen = "127.0.0.1:8083"
             "{e}"
         );
     }
+
+    #[test]
+    fn message_key_columns_are_validated() {
+        let c = load(
+            &GOOD.replace(
+                "tables = [",
+                "message_key_columns = [\"public.events:id,kind\"]\ntables = [",
+            ),
+            &[],
+        )
+        .unwrap();
+        let k = c.source.common.key_columns();
+        assert_eq!(
+            k.for_table(&cdc_schemas::TableId::new("public", "events"))
+                .unwrap()
+                .columns,
+            ["id", "kind"]
+        );
+        let e = load(
+            GOOD,
+            &[("CDC_SOURCE__MESSAGE_KEY_COLUMNS", r#"["events:id"]"#)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("CDC_SOURCE__MESSAGE_KEY_COLUMNS")
+                && e.contains("`source.message_key_columns[0]`"),
+            "{e}"
+        );
+    }
 }

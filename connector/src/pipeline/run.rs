@@ -208,6 +208,7 @@ pub async fn run(config: Config) -> ExitCode {
                 force_schema_change: config.format.schema_change == "force",
                 group_commit_bytes: config.source.common.group_commit_bytes,
                 group_commit: Duration::from_millis(config.source.common.group_commit_ms),
+                key_columns: config.source.common.key_columns(),
             },
             publisher,
         );
