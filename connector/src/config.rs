@@ -147,14 +147,6 @@ pub struct LogConfig {
     /// Partitions of each table's topic.
     #[serde(default = "default_partitions")]
     pub partitions: u32,
-    /// Flush (make durable, without moving the source checkpoint) once appended data has
-    /// waited this long; a timer thread of the log enforces it. Unset: only the pipeline's
-    /// explicit flushes (before each source acknowledgement).
-    #[serde(default)]
-    pub flush_interval_ms: Option<u64>,
-    /// Flush once this many bytes were appended since the last flush. Unset: no bound.
-    #[serde(default)]
-    pub flush_bytes: Option<u64>,
     /// Roll a partition's active segment past this size (Kafka `segment.bytes`).
     #[serde(default = "default_segment_bytes")]
     pub segment_bytes: u64,
@@ -302,18 +294,13 @@ impl LogConfig {
         })
     }
 
-    /// The log's open options (flush policy, disk budget).
+    /// The log's open options (disk budget, cleaner, maintenance). The flush policy is
+    /// Manual: `cdc run` flushes at transaction boundaries (group commit,
+    /// `source.group_commit_bytes` / `group_commit_ms`), `cdc log produce` every
+    /// `--flush-every` records.
     pub fn log_options(&self) -> cdc_log::LogOptions {
-        let flush_policy = if self.flush_interval_ms.is_none() && self.flush_bytes.is_none() {
-            cdc_log::FlushPolicy::Manual
-        } else {
-            cdc_log::FlushPolicy::Threshold {
-                bytes: self.flush_bytes,
-                interval: self.flush_interval_ms.map(std::time::Duration::from_millis),
-            }
-        };
         cdc_log::LogOptions {
-            flush_policy,
+            flush_policy: cdc_log::FlushPolicy::Manual,
             disk_budget_bytes: self.disk_budget_bytes,
             cleaner_dedupe_bytes: usize::try_from(self.cleaner_dedupe_bytes).unwrap_or(usize::MAX),
             maintenance_interval: Some(std::time::Duration::from_millis(
@@ -337,8 +324,6 @@ impl Default for LogConfig {
         LogConfig {
             dir: default_log_dir(),
             partitions: default_partitions(),
-            flush_interval_ms: None,
-            flush_bytes: None,
             segment_bytes: default_segment_bytes(),
             segment_ms: default_segment_ms(),
             retention_ms: default_retention_ms(),
@@ -479,6 +464,31 @@ pub const ENV_PREFIX: &str = "CDC_";
 /// `CDC_*` variables without `__` are not configuration.
 const TOP_LEVEL_ENV: &[&str] = &["NAME", "ROUTING"];
 
+/// Keys that existed once and were removed, with what to use instead: a file that still
+/// has one gets this rather than a bare "unknown key".
+const REMOVED_KEYS: &[(&str, &str, &str)] = &[
+    (
+        "log",
+        "flush_interval_ms",
+        "removed: it never took effect. `cdc run` flushes the log only at transaction boundaries, with group commit: set source.group_commit_ms (flush once the oldest unflushed transaction waited this long, default 50) and source.group_commit_bytes (or after this many bytes, default 4194304); `cdc log produce` flushes every --flush-every records",
+    ),
+    (
+        "log",
+        "flush_bytes",
+        "removed: it never took effect. `cdc run` flushes the log only at transaction boundaries, with group commit: set source.group_commit_bytes (flush once this many bytes were appended, default 4194304) and source.group_commit_ms (or once the oldest transaction waited this long, default 50); `cdc log produce` flushes every --flush-every records",
+    ),
+];
+
+fn removed_key(table: &toml::Table) -> Option<(String, String)> {
+    REMOVED_KEYS.iter().find_map(|(section, key, why)| {
+        table
+            .get(*section)
+            .and_then(|s| s.as_table())
+            .filter(|s| s.contains_key(*key))
+            .map(|_| (format!("{section}.{key}"), why.to_string()))
+    })
+}
+
 impl Config {
     /// Reads `path`, applies the process environment's overrides, validates.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -519,6 +529,13 @@ impl Config {
                 message,
             })?;
             from_env.insert(key, (var, raw, as_string));
+        }
+        if let Some((key, message)) = removed_key(&table) {
+            return Err(ConfigError::Invalid {
+                origin: origin_of(&key, &from_env, &file_origin),
+                key,
+                message,
+            });
         }
         // A value like "123" from the environment is first tried as a number; if the key
         // wants a string, retry it as a string. Bounded: each key flips at most once.
@@ -584,17 +601,11 @@ impl Config {
         self.snapshot.validate()?;
         self.validate_pipeline()?;
         self.registry.validate()?;
-        for (key, v) in [
-            ("log.flush_interval_ms", self.log.flush_interval_ms),
-            ("log.flush_bytes", self.log.flush_bytes),
-            ("log.disk_budget_bytes", self.log.disk_budget_bytes),
-        ] {
-            if v == Some(0) {
-                return Err((
-                    key.into(),
-                    "0 is not allowed: leave the key out to disable it".into(),
-                ));
-            }
+        if self.log.disk_budget_bytes == Some(0) {
+            return Err((
+                "log.disk_budget_bytes".into(),
+                "0 is not allowed: leave the key out to disable it".into(),
+            ));
         }
         self.topic_router()?;
         for (i, r) in self.routing.iter().enumerate() {
@@ -1012,7 +1023,7 @@ listen = "127.0.0.1:8083"
         let c = load(
             &GOOD.replace(
                 "partitions = 6",
-                "partitions = 6\nsegment_bytes = 65536\nretention_ms = -1\ncleanup_policy = \"compact,delete\"\ncompression = \"zstd\"\nflush_interval_ms = 200\ndisk_budget_bytes = 1000000\ncleaner_dedupe_bytes = 2097152",
+                "partitions = 6\nsegment_bytes = 65536\nretention_ms = -1\ncleanup_policy = \"compact,delete\"\ncompression = \"zstd\"\ndisk_budget_bytes = 1000000\ncleaner_dedupe_bytes = 2097152",
             ),
             &[],
         )
@@ -1032,20 +1043,14 @@ listen = "127.0.0.1:8083"
             Some(std::time::Duration::from_secs(60)),
             "cdc run must run retention and compaction"
         );
-        assert!(matches!(
-            c.log.log_options().flush_policy,
-            cdc_log::FlushPolicy::Threshold {
-                bytes: None,
-                interval: Some(_)
-            }
-        ));
+        assert_eq!(c.log.log_options().disk_budget_bytes, Some(1000000));
         for (line, key) in [
             ("cleanup_policy = \"purge\"", "log.cleanup_policy"),
             ("compression = \"gzip\"", "log.compression"),
             ("segment_bytes = 10", "log.segment_bytes"),
             ("retention_ms = -5", "log.retention_ms"),
             ("retention_bytes = 0", "log.retention_bytes"),
-            ("flush_bytes = 0", "log.flush_bytes"),
+            ("disk_budget_bytes = 0", "log.disk_budget_bytes"),
             ("cleaner_dedupe_bytes = 1000", "log.cleaner_dedupe_bytes"),
             ("maintenance_interval_ms = 5", "log.maintenance_interval_ms"),
         ] {
@@ -1064,6 +1069,31 @@ listen = "127.0.0.1:8083"
             e.contains("CDC_LOG__COMPRESSION") && e.contains("`log.compression`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn removed_flush_keys_point_at_group_commit() {
+        for key in ["flush_interval_ms", "flush_bytes"] {
+            let e = load(
+                &GOOD.replace("partitions = 6", &format!("partitions = 6\n{key} = 1000")),
+                &[],
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("`log.{key}`"))
+                    && e.contains("removed")
+                    && e.contains("source.group_commit_ms")
+                    && e.contains("source.group_commit_bytes"),
+                "{e}"
+            );
+            let var = format!("CDC_LOG__{}", key.to_ascii_uppercase());
+            let e = load(GOOD, &[(&var, "5")]).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("environment variable {var}")) && e.contains("removed"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

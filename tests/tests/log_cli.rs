@@ -427,3 +427,28 @@ fn produce_with_config_creates_topics_with_the_log_settings() {
     parts.dedup();
     assert_eq!(parts, [0, 1, 2]);
 }
+
+#[test]
+fn removed_flush_settings_are_a_config_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("cdc.toml");
+    for key in ["flush_interval_ms", "flush_bytes"] {
+        std::fs::write(
+            &cfg,
+            format!(
+                "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1/d\"\n[log]\ndir = {:?}\n{key} = 1000\n",
+                tmp.path().join("log").display().to_string()
+            ),
+        )
+        .unwrap();
+        let o = with_config(&cfg, &["topics"], "");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("`log.{key}`"))
+                && err.contains("source.group_commit_ms")
+                && err.contains("source.group_commit_bytes"),
+            "{err}"
+        );
+    }
+}

@@ -105,9 +105,6 @@ pub async fn run(config: Config) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if config.log.flush_interval_ms.is_some() || config.log.flush_bytes.is_some() {
-        tracing::warn!("log.flush_interval_ms / log.flush_bytes are ignored by `cdc run`: the pipeline flushes at transaction boundaries only (a flush inside a transaction would break exactly-once)");
-    }
     // The registry's compacted `_schemas` topic gets the same maintenance as the data.
     let registry_options = LogOptions {
         maintenance_interval: config.log.log_options().maintenance_interval,
