@@ -489,6 +489,23 @@ fn removed_key(table: &toml::Table) -> Option<(String, String)> {
     })
 }
 
+/// Every key the configuration knows, by section (`""`: the top level; `"routing"`: the
+/// keys of a `[[routing]]` entry; `"source"`: the common keys and every database's), so
+/// documentation can be checked against the parser.
+pub fn known_keys() -> Vec<(&'static str, Vec<&'static str>)> {
+    use cdc_sources::config::fields_of;
+    vec![
+        ("", fields_of::<RawConfig>().to_vec()),
+        ("source", SourceConfig::known_keys()),
+        ("log", fields_of::<LogConfig>().to_vec()),
+        ("admin", fields_of::<AdminConfig>().to_vec()),
+        ("registry", fields_of::<RegistryConfig>().to_vec()),
+        ("format", fields_of::<FormatConfig>().to_vec()),
+        ("snapshot", fields_of::<SnapshotConfig>().to_vec()),
+        ("routing", fields_of::<RouteConfig>().to_vec()),
+    ]
+}
+
 impl Config {
     /// Reads `path`, applies the process environment's overrides, validates.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
