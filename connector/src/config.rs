@@ -3,10 +3,12 @@
 //!
 //! Environment overrides: `CDC_` + the key path in upper case with `__` between levels,
 //! e.g. `CDC_SOURCE__PASSWORD` sets `source.password`, `CDC_LOG__PARTITIONS` sets
-//! `log.partitions`, `CDC_NAME` sets `name`. A value is read as a TOML literal when it is
-//! one of the right type (`12`, `true`, `["a", "b"]`), and as a plain string otherwise.
-//! Variables starting with `CDC_` that have no `__` (other than `CDC_NAME`) are not
-//! configuration and are ignored (`CDC_CONFIG`, `CDC_LOG_FORMAT`, ...).
+//! `log.partitions`, `CDC_NAME` sets `name`, `CDC_ROUTING` the `[[routing]]` list (as a TOML
+//! array of tables). A value is read as a TOML literal when it is one of the right type
+//! (`12`, `true`, `["a", "b"]`), and as a plain string otherwise. Variables starting with
+//! `CDC_` that have no `__` (other than `CDC_NAME`, `CDC_ROUTING`) are not configuration and
+//! are ignored (`CDC_CONFIG`, `CDC_LOG_FORMAT`, ...). A removed key (`log.flush_bytes`, …)
+//! is an error saying what replaced it.
 //!
 //! Invariants after [`Config::load`]: every key was known, every value had the right type,
 //! required keys were present, and [`Config::validate`] passed. Secrets (`source.password`,
