@@ -555,7 +555,7 @@ async fn message_key_columns_key_a_table_without_a_primary_key() {
     );
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     drop_slot(pg, &db).await;
-    let log = cdc_log::Log::open_read_only(&c.log_dir()).unwrap();
+    let log = cdc_log::Log::open_read_only(c.log_dir()).unwrap();
     let mut n = 0;
     let mut ops = Vec::new();
     for p in 0..3 {

@@ -92,7 +92,8 @@ pub enum PipelineError {
     Incompatible {
         table: String,
         columns: String,
-        error: RegistryError,
+        /// Boxed: the error stays small on the paths that do not fail.
+        error: Box<RegistryError>,
         /// For a key subject: what the key was and how to keep it.
         key_hint: String,
     },
@@ -620,7 +621,7 @@ impl Pipeline {
                         return Err(PipelineError::Incompatible {
                             table: table.to_string(),
                             columns,
-                            error: e,
+                            error: Box::new(e),
                             key_hint: if is_key {
                                 key_hint(change)
                             } else {
