@@ -3,10 +3,12 @@
 //!
 //! Environment overrides: `CDC_` + the key path in upper case with `__` between levels,
 //! e.g. `CDC_SOURCE__PASSWORD` sets `source.password`, `CDC_LOG__PARTITIONS` sets
-//! `log.partitions`, `CDC_NAME` sets `name`. A value is read as a TOML literal when it is
-//! one of the right type (`12`, `true`, `["a", "b"]`), and as a plain string otherwise.
-//! Variables starting with `CDC_` that have no `__` (other than `CDC_NAME`) are not
-//! configuration and are ignored (`CDC_CONFIG`, `CDC_LOG_FORMAT`, ...).
+//! `log.partitions`, `CDC_NAME` sets `name`, `CDC_ROUTING` the `[[routing]]` list (as a TOML
+//! array of tables). A value is read as a TOML literal when it is one of the right type
+//! (`12`, `true`, `["a", "b"]`), and as a plain string otherwise. Variables starting with
+//! `CDC_` that have no `__` (other than `CDC_NAME`, `CDC_ROUTING`) are not configuration and
+//! are ignored (`CDC_CONFIG`, `CDC_LOG_FORMAT`, ...). A removed key (`log.flush_bytes`, …)
+//! is an error saying what replaced it.
 //!
 //! Invariants after [`Config::load`]: every key was known, every value had the right type,
 //! required keys were present, and [`Config::validate`] passed. Secrets (`source.password`,
@@ -16,6 +18,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use cdc_schemas::encode::TopicRouter;
 use cdc_sources::config::{SnapshotConfig, SourceConfig, SourceSpec};
 use cdc_sources::Secret;
 use serde::Deserialize;
@@ -34,6 +37,19 @@ pub struct Config {
     pub registry: RegistryConfig,
     pub format: FormatConfig,
     pub snapshot: SnapshotConfig,
+    /// `[[routing]]`: topic routing rules, tried in order.
+    pub routing: Vec<RouteConfig>,
+}
+
+/// One `[[routing]]` rule: Kafka Connect's `RegexRouter` / Debezium's
+/// `ByLogicalTableRouter` (`topic.regex`, `topic.replacement`). `regex` must match the
+/// whole default topic name (`<name>.<schema>.<table>`, `<name>.message`); the first
+/// rule that matches replaces the name with `replacement` (`$1`, `${name}`: groups).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    pub regex: String,
+    pub replacement: String,
 }
 
 /// The file as serde reads it: `[source]` stays a table for [`SourceConfig::from_table`].
@@ -55,6 +71,9 @@ struct RawConfig {
     /// `[snapshot]`: the initial snapshot.
     #[serde(default)]
     snapshot: SnapshotConfig,
+    /// `[[routing]]`: topic routing rules.
+    #[serde(default)]
+    routing: Vec<RouteConfig>,
 }
 
 /// `[format]`: how records are encoded and what a schema change does.
@@ -130,14 +149,6 @@ pub struct LogConfig {
     /// Partitions of each table's topic.
     #[serde(default = "default_partitions")]
     pub partitions: u32,
-    /// Flush (make durable, without moving the source checkpoint) once appended data has
-    /// waited this long; a timer thread of the log enforces it. Unset: only the pipeline's
-    /// explicit flushes (before each source acknowledgement).
-    #[serde(default)]
-    pub flush_interval_ms: Option<u64>,
-    /// Flush once this many bytes were appended since the last flush. Unset: no bound.
-    #[serde(default)]
-    pub flush_bytes: Option<u64>,
     /// Roll a partition's active segment past this size (Kafka `segment.bytes`).
     #[serde(default = "default_segment_bytes")]
     pub segment_bytes: u64,
@@ -285,18 +296,13 @@ impl LogConfig {
         })
     }
 
-    /// The log's open options (flush policy, disk budget).
+    /// The log's open options (disk budget, cleaner, maintenance). The flush policy is
+    /// Manual: `cdc run` flushes at transaction boundaries (group commit,
+    /// `source.group_commit_bytes` / `group_commit_ms`), `cdc log produce` every
+    /// `--flush-every` records.
     pub fn log_options(&self) -> cdc_log::LogOptions {
-        let flush_policy = if self.flush_interval_ms.is_none() && self.flush_bytes.is_none() {
-            cdc_log::FlushPolicy::Manual
-        } else {
-            cdc_log::FlushPolicy::Threshold {
-                bytes: self.flush_bytes,
-                interval: self.flush_interval_ms.map(std::time::Duration::from_millis),
-            }
-        };
         cdc_log::LogOptions {
-            flush_policy,
+            flush_policy: cdc_log::FlushPolicy::Manual,
             disk_budget_bytes: self.disk_budget_bytes,
             cleaner_dedupe_bytes: usize::try_from(self.cleaner_dedupe_bytes).unwrap_or(usize::MAX),
             maintenance_interval: Some(std::time::Duration::from_millis(
@@ -320,8 +326,6 @@ impl Default for LogConfig {
         LogConfig {
             dir: default_log_dir(),
             partitions: default_partitions(),
-            flush_interval_ms: None,
-            flush_bytes: None,
             segment_bytes: default_segment_bytes(),
             segment_ms: default_segment_ms(),
             retention_ms: default_retention_ms(),
@@ -503,6 +507,52 @@ pub enum ConfigError {
 /// The environment variable prefix.
 pub const ENV_PREFIX: &str = "CDC_";
 
+/// Top-level keys settable from the environment (`CDC_NAME`, `CDC_ROUTING`); other
+/// `CDC_*` variables without `__` are not configuration.
+const TOP_LEVEL_ENV: &[&str] = &["NAME", "ROUTING"];
+
+/// Keys that existed once and were removed, with what to use instead: a file that still
+/// has one gets this rather than a bare "unknown key".
+const REMOVED_KEYS: &[(&str, &str, &str)] = &[
+    (
+        "log",
+        "flush_interval_ms",
+        "removed: it never took effect. `cdc run` flushes the log only at transaction boundaries, with group commit: set source.group_commit_ms (flush once the oldest unflushed transaction waited this long, default 50) and source.group_commit_bytes (or after this many bytes, default 4194304); `cdc log produce` flushes every --flush-every records",
+    ),
+    (
+        "log",
+        "flush_bytes",
+        "removed: it never took effect. `cdc run` flushes the log only at transaction boundaries, with group commit: set source.group_commit_bytes (flush once this many bytes were appended, default 4194304) and source.group_commit_ms (or once the oldest transaction waited this long, default 50); `cdc log produce` flushes every --flush-every records",
+    ),
+];
+
+fn removed_key(table: &toml::Table) -> Option<(String, String)> {
+    REMOVED_KEYS.iter().find_map(|(section, key, why)| {
+        table
+            .get(*section)
+            .and_then(|s| s.as_table())
+            .filter(|s| s.contains_key(*key))
+            .map(|_| (format!("{section}.{key}"), why.to_string()))
+    })
+}
+
+/// Every key the configuration knows, by section (`""`: the top level; `"routing"`: the
+/// keys of a `[[routing]]` entry; `"source"`: the common keys and every database's), so
+/// documentation can be checked against the parser.
+pub fn known_keys() -> Vec<(&'static str, Vec<&'static str>)> {
+    use cdc_sources::config::fields_of;
+    vec![
+        ("", fields_of::<RawConfig>().to_vec()),
+        ("source", SourceConfig::known_keys()),
+        ("log", fields_of::<LogConfig>().to_vec()),
+        ("admin", fields_of::<AdminConfig>().to_vec()),
+        ("registry", fields_of::<RegistryConfig>().to_vec()),
+        ("format", fields_of::<FormatConfig>().to_vec()),
+        ("snapshot", fields_of::<SnapshotConfig>().to_vec()),
+        ("routing", fields_of::<RouteConfig>().to_vec()),
+    ]
+}
+
 impl Config {
     /// Reads `path`, applies the process environment's overrides, validates.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
@@ -532,7 +582,7 @@ impl Config {
             let Some(rest) = var.strip_prefix(ENV_PREFIX) else {
                 continue;
             };
-            if !rest.contains("__") && rest != "NAME" {
+            if !rest.contains("__") && !TOP_LEVEL_ENV.contains(&rest) {
                 continue;
             }
             let key = rest.to_ascii_lowercase().replace("__", ".");
@@ -543,6 +593,13 @@ impl Config {
                 message,
             })?;
             from_env.insert(key, (var, raw, as_string));
+        }
+        if let Some((key, message)) = removed_key(&table) {
+            return Err(ConfigError::Invalid {
+                origin: origin_of(&key, &from_env, &file_origin),
+                key,
+                message,
+            });
         }
         // A value like "123" from the environment is first tried as a number; if the key
         // wants a string, retry it as a string. Bounded: each key flips at most once.
@@ -608,19 +665,45 @@ impl Config {
         self.snapshot.validate()?;
         self.validate_pipeline()?;
         self.registry.validate()?;
-        for (key, v) in [
-            ("log.flush_interval_ms", self.log.flush_interval_ms),
-            ("log.flush_bytes", self.log.flush_bytes),
-            ("log.disk_budget_bytes", self.log.disk_budget_bytes),
-        ] {
-            if v == Some(0) {
+        if self.log.disk_budget_bytes == Some(0) {
+            return Err((
+                "log.disk_budget_bytes".into(),
+                "0 is not allowed: leave the key out to disable it".into(),
+            ));
+        }
+        self.topic_router()?;
+        for (i, r) in self.routing.iter().enumerate() {
+            if let Some(c) = r.replacement.chars().find(|c| {
+                !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '$' | '{' | '}'))
+            }) {
                 return Err((
-                    key.into(),
-                    "0 is not allowed: leave the key out to disable it".into(),
+                    format!("routing[{i}].replacement"),
+                    format!("{:?} has {c:?}: topic names are made of a-z A-Z 0-9 . _ - (and $1, ${{name}} refer to groups of the regex)", r.replacement),
                 ));
             }
         }
         Ok(())
+    }
+
+    /// The topic router of `[[routing]]` (valid after [`Config::validate`]); an error
+    /// names `routing[i].regex` or `routing[i].replacement`.
+    pub fn topic_router(&self) -> Result<TopicRouter, (String, String)> {
+        let rules: Vec<(&str, &str)> = self
+            .routing
+            .iter()
+            .map(|r| (r.regex.as_str(), r.replacement.as_str()))
+            .collect();
+        TopicRouter::new(&self.name, &rules).map_err(|e| {
+            let (part, fix) = if e.in_replacement {
+                ("replacement", "refer only to groups of the regex: $1, ${1} or ${name} of (?<name>…)")
+            } else {
+                ("regex", "write a regex (Rust `regex` syntax, as Java's without look-around) that matches whole topic names such as \"<name>.<schema>.<table>\"")
+            };
+            (
+                format!("routing[{}].{part}", e.index),
+                format!("{:?}: {}; {fix}", e.pattern, e.reason),
+            )
+        })
     }
 
     /// The `[format]` keys.
@@ -735,6 +818,7 @@ fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
         registry: raw.registry,
         format: raw.format,
         snapshot: raw.snapshot,
+        routing: raw.routing,
     })
 }
 
@@ -1067,7 +1151,7 @@ listen = "127.0.0.1:8083"
         let c = load(
             &GOOD.replace(
                 "partitions = 6",
-                "partitions = 6\nsegment_bytes = 65536\nretention_ms = -1\ncleanup_policy = \"compact,delete\"\ncompression = \"zstd\"\nflush_interval_ms = 200\ndisk_budget_bytes = 1000000\ncleaner_dedupe_bytes = 2097152",
+                "partitions = 6\nsegment_bytes = 65536\nretention_ms = -1\ncleanup_policy = \"compact,delete\"\ncompression = \"zstd\"\ndisk_budget_bytes = 1000000\ncleaner_dedupe_bytes = 2097152",
             ),
             &[],
         )
@@ -1087,20 +1171,14 @@ listen = "127.0.0.1:8083"
             Some(std::time::Duration::from_secs(60)),
             "cdc run must run retention and compaction"
         );
-        assert!(matches!(
-            c.log.log_options().flush_policy,
-            cdc_log::FlushPolicy::Threshold {
-                bytes: None,
-                interval: Some(_)
-            }
-        ));
+        assert_eq!(c.log.log_options().disk_budget_bytes, Some(1000000));
         for (line, key) in [
             ("cleanup_policy = \"purge\"", "log.cleanup_policy"),
             ("compression = \"gzip\"", "log.compression"),
             ("segment_bytes = 10", "log.segment_bytes"),
             ("retention_ms = -5", "log.retention_ms"),
             ("retention_bytes = 0", "log.retention_bytes"),
-            ("flush_bytes = 0", "log.flush_bytes"),
+            ("disk_budget_bytes = 0", "log.disk_budget_bytes"),
             ("cleaner_dedupe_bytes = 1000", "log.cleaner_dedupe_bytes"),
             ("maintenance_interval_ms = 5", "log.maintenance_interval_ms"),
         ] {
@@ -1117,6 +1195,114 @@ listen = "127.0.0.1:8083"
             .to_string();
         assert!(
             e.contains("CDC_LOG__COMPRESSION") && e.contains("`log.compression`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn removed_flush_keys_point_at_group_commit() {
+        for key in ["flush_interval_ms", "flush_bytes"] {
+            let e = load(
+                &GOOD.replace("partitions = 6", &format!("partitions = 6\n{key} = 1000")),
+                &[],
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("`log.{key}`"))
+                    && e.contains("removed")
+                    && e.contains("source.group_commit_ms")
+                    && e.contains("source.group_commit_bytes"),
+                "{e}"
+            );
+            let var = format!("CDC_LOG__{}", key.to_ascii_uppercase());
+            let e = load(GOOD, &[(&var, "5")]).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("environment variable {var}")) && e.contains("removed"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn routing_rules_reach_the_router_and_are_validated() {
+        let text = format!(
+            "{GOOD}[[routing]]\nregex = 'inventory\\.public\\.orders_(\\d+)'\nreplacement = 'inventory.orders'\n[[routing]]\nregex = '(?<p>[^.]+)\\.public\\.(.*)'\nreplacement = '${{p}}.$2'\n"
+        );
+        let c = load(&text, &[]).unwrap();
+        let r = c.topic_router().unwrap();
+        let id = cdc_schemas::TableId::new;
+        assert_eq!(r.topic_for(&id("public", "orders_7")), "inventory.orders");
+        assert_eq!(r.topic_for(&id("public", "items")), "inventory.items");
+        assert_eq!(r.topic_for(&id("sales", "x")), "inventory.sales.x");
+        for (rule, key) in [
+            ("regex = 'a('\nreplacement = 'b'", "routing[0].regex"),
+            (
+                "regex = 'a(.*)'\nreplacement = 'b$2'",
+                "routing[0].replacement",
+            ),
+            ("regex = 'a'", "routing[0].replacement"),
+            (
+                "regex = 'a'\nreplacement = 'b'\ntopic = 'c'",
+                "routing[0].topic",
+            ),
+        ] {
+            let e = load(&format!("{GOOD}[[routing]]\n{rule}\n"), &[])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("`{key}`")), "{rule}: {e}");
+        }
+        // From the environment, as a TOML array of tables.
+        let c = load(
+            GOOD,
+            &[(
+                "CDC_ROUTING",
+                r#"[{regex = 'inventory\.public\.(.*)', replacement = 'x.$1'}]"#,
+            )],
+        )
+        .unwrap();
+        assert_eq!(
+            c.topic_router().unwrap().topic_for(&id("public", "t")),
+            "x.t"
+        );
+        let e = load(
+            GOOD,
+            &[("CDC_ROUTING", r#"[{regex = '(', replacement = 'x'}]"#)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("environment variable CDC_ROUTING") && e.contains("`routing[0].regex`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn message_key_columns_are_validated() {
+        let c = load(
+            &GOOD.replace(
+                "tables = [",
+                "message_key_columns = [\"public.events:id,kind\"]\ntables = [",
+            ),
+            &[],
+        )
+        .unwrap();
+        let k = c.source.common.key_columns();
+        assert_eq!(
+            k.for_table(&cdc_schemas::TableId::new("public", "events"))
+                .unwrap()
+                .columns,
+            ["id", "kind"]
+        );
+        let e = load(
+            GOOD,
+            &[("CDC_SOURCE__MESSAGE_KEY_COLUMNS", r#"["events:id"]"#)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("CDC_SOURCE__MESSAGE_KEY_COLUMNS")
+                && e.contains("`source.message_key_columns[0]`"),
             "{e}"
         );
     }

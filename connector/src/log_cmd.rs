@@ -76,9 +76,10 @@ pub enum LogCommand {
     /// retention, compaction — runs once at the end).
     Produce {
         topic: String,
-        /// Partitions of the topic if it has to be created.
-        #[arg(long, default_value_t = 1)]
-        partitions: u32,
+        /// Partitions of the topic if it has to be created (default: with `--config` its
+        /// `[log] partitions`, else 1).
+        #[arg(long)]
+        partitions: Option<u32>,
         /// Take the key from this field of the value (a JSON object).
         #[arg(long, value_name = "F")]
         key_field: Option<String>,
@@ -226,12 +227,16 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
         } => {
             let log = open_writer(&dir, log_config.as_ref())?;
             let config = match &log_config {
-                Some(c) => TopicConfig {
-                    partitions,
-                    ..c.topic_config()
-                        .map_err(|(k, m)| usage(format!("{k}: {m}")))?
-                },
-                None => TopicConfig::with_partitions(partitions),
+                Some(c) => {
+                    let t = c
+                        .topic_config()
+                        .map_err(|(k, m)| usage(format!("{k}: {m}")))?;
+                    TopicConfig {
+                        partitions: partitions.unwrap_or(t.partitions),
+                        ..t
+                    }
+                }
+                None => TopicConfig::with_partitions(partitions.unwrap_or(1)),
             };
             produce(
                 &log,

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, DeserializeOwned, Visitor};
 
 use crate::filter::TableFilter;
+use crate::keys::MessageKeyColumns;
 use crate::secret::{redact_url, Secret};
 use crate::{mysql, postgres};
 
@@ -104,6 +105,10 @@ pub struct CommonSourceConfig {
     /// bytes of the events, not a count of batches). Default 8388608 (8 MiB).
     #[serde(default = "default_max_queued_bytes")]
     pub max_queued_bytes: u64,
+    /// Record keys by configuration (Debezium's `message.key.columns`):
+    /// `"schema.table:col1,col2"` entries, see [`crate::keys`].
+    #[serde(default)]
+    pub message_key_columns: Vec<String>,
 }
 
 fn default_max_batch_events() -> usize {
@@ -123,6 +128,11 @@ impl CommonSourceConfig {
     /// The include / exclude lists as a filter.
     pub fn filter(&self) -> TableFilter {
         TableFilter::new(&self.tables, &self.exclude_tables)
+    }
+
+    /// `message_key_columns`, parsed (valid after [`SourceConfig::from_table`]).
+    pub fn key_columns(&self) -> MessageKeyColumns {
+        MessageKeyColumns::parse(&self.message_key_columns).unwrap_or_default()
     }
 
     fn validate(&self) -> Result<(), KeyError> {
@@ -156,6 +166,7 @@ impl CommonSourceConfig {
                 }
             }
         }
+        MessageKeyColumns::parse(&self.message_key_columns)?;
         if self.max_queued_bytes < 1024 {
             return Err((
                 "source.max_queued_bytes".into(),
@@ -243,6 +254,14 @@ impl SourceConfig {
         self.common.kind
     }
 
+    /// Every key `[source]` may have, for any database.
+    pub fn known_keys() -> Vec<&'static str> {
+        let mut k: Vec<&'static str> = fields_of::<CommonSourceConfig>().to_vec();
+        k.extend(fields_of::<postgres::config::PgSettings>());
+        k.extend(fields_of::<mysql::config::MySqlSettings>());
+        k
+    }
+
     /// The URL with its password redacted, for messages.
     pub fn redacted_url(&self) -> String {
         self.common.url.to_string()
@@ -281,7 +300,7 @@ fn read_section<T: DeserializeOwned>(table: &toml::Table) -> Result<T, KeyError>
 
 /// The field names a `#[derive(Deserialize)]` struct accepts (serde hands them to
 /// `deserialize_struct`), so the list of known keys is never written twice.
-pub(crate) fn fields_of<T: DeserializeOwned>() -> &'static [&'static str] {
+pub fn fields_of<T: DeserializeOwned>() -> &'static [&'static str] {
     struct Probe(Option<&'static [&'static str]>);
     #[derive(Debug)]
     struct Stop;

@@ -42,6 +42,7 @@ pub mod config;
 pub mod dburl;
 pub mod durable;
 pub mod filter;
+pub mod keys;
 pub mod mysql;
 pub mod postgres;
 pub mod progress;

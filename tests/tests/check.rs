@@ -179,6 +179,40 @@ async fn postgres_table_without_key_fails() {
         "{}",
         run.stdout
     );
+    // The advice names the setting that gives such a table a key…
+    assert!(
+        run.stdout
+            .contains("source.message_key_columns = [\"public.events:<column>,<column>\"]"),
+        "{}",
+        run.stdout
+    );
+    // …and with it the table counts as keyed: no warning, the key is reported.
+    let keyed = |entry: &str| {
+        config("postgres", &pg.url("cdc", "cdc-pw", &db), &["public.*"]).replace(
+            "[log]",
+            &format!("message_key_columns = [\"{entry}\"]\n[log]"),
+        )
+    };
+    let run = check(&keyed("public.events:what,at"));
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(!run.stdout.contains("WARN"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("public.events: records keyed by (what, at) from source.message_key_columns"),
+        "{}",
+        run.stdout
+    );
+    // A column the table does not have fails, naming it, the entry and the setting.
+    let run = check(&keyed("public.events:at,nope"));
+    assert_failed(
+        &run,
+        "tables",
+        &[
+            "source.message_key_columns entry \"public.events:at,nope\"",
+            "\"nope\"",
+            "the columns of public.events: at, what",
+        ],
+    );
 }
 
 #[tokio::test]

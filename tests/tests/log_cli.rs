@@ -358,3 +358,97 @@ fn follow_sees_new_records_and_writer_lock_is_reported() {
     tail.kill().unwrap();
     tail.wait().unwrap();
 }
+
+/// `cdc log … --config FILE` with the arguments `args`, stdin `input`.
+fn with_config(cfg: &Path, args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(BIN)
+        .arg("log")
+        .args(args)
+        .arg("--config")
+        .arg(cfg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn produce_with_config_creates_topics_with_the_log_settings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("log");
+    let cfg = tmp.path().join("cdc.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1/d\"\n[log]\ndir = {:?}\npartitions = 3\nsegment_bytes = 4096\ncleanup_policy = \"compact\"\ncompression = \"zstd\"\nretention_ms = -1\ndelete_retention_ms = 5000\n",
+            dir.display().to_string()
+        ),
+    )
+    .unwrap();
+    let input: String = (0..30).map(|i| format!("{{\"id\":{i}}}\n")).collect();
+    // Without --partitions: `[log] partitions`, and the other topic settings.
+    let o = with_config(&cfg, &["produce", "a", "--key-field", "id"], &input);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // --partitions wins over the file.
+    let o = with_config(
+        &cfg,
+        &["produce", "b", "--partitions", "2", "--key-field", "id"],
+        &input,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(ok(&dir, &["topics"], None).trim(), "a\t3\nb\t2");
+    let d = ok(&dir, &["describe", "a"], None);
+    for line in [
+        "partitions=3",
+        "segment.bytes=4096",
+        "cleanup.policy=compact",
+        "compression.type=zstd",
+        "retention.ms=-1",
+        "delete.retention.ms=5000",
+    ] {
+        assert!(d.lines().any(|l| l.trim() == line), "{line} missing:\n{d}");
+    }
+    // Keyed records spread over the 3 partitions.
+    let recs = lines(&ok(&dir, &["tail", "a", "--from-beginning"], None));
+    assert_eq!(recs.len(), 30);
+    let mut parts: Vec<u64> = recs
+        .iter()
+        .map(|r| r["partition"].as_u64().unwrap())
+        .collect();
+    parts.sort_unstable();
+    parts.dedup();
+    assert_eq!(parts, [0, 1, 2]);
+}
+
+#[test]
+fn removed_flush_settings_are_a_config_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("cdc.toml");
+    for key in ["flush_interval_ms", "flush_bytes"] {
+        std::fs::write(
+            &cfg,
+            format!(
+                "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1/d\"\n[log]\ndir = {:?}\n{key} = 1000\n",
+                tmp.path().join("log").display().to_string()
+            ),
+        )
+        .unwrap();
+        let o = with_config(&cfg, &["topics"], "");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("`log.{key}`"))
+                && err.contains("source.group_commit_ms")
+                && err.contains("source.group_commit_bytes"),
+            "{err}"
+        );
+    }
+}

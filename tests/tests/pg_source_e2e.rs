@@ -410,3 +410,194 @@ async fn schema_change_inside_a_transaction() {
     assert!(v10["after"].get("note").is_none(), "{v10}");
     assert_eq!(v11["after"]["note"], "new column", "{v11}");
 }
+
+/// `cdc log topics` of the connector's log, through the binary.
+fn log_topics(c: &Connector) -> String {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+        .args(["log", "topics", "--data-dir"])
+        .arg(c.log_dir())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// The subjects of the embedded registry (its `_schemas` topic in `<log>/registry`).
+fn registry_subjects(c: &Connector) -> std::collections::BTreeSet<String> {
+    read_topic(&c.log_dir().join("registry"), "_schemas")
+        .into_iter()
+        .filter_map(|r| r.key)
+        .filter(|k| k["keytype"] == "SCHEMA")
+        .map(|k| k["subject"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `[[routing]]`: two tables (of different shapes) routed to one topic. Their records —
+/// snapshot and streamed — land there and nowhere else, `cdc log topics` lists it, and each
+/// table has its own subjects on it (`<topic>-<record name>`).
+#[tokio::test(flavor = "multi_thread")]
+async fn routing_sends_two_tables_to_one_topic() {
+    let pg = PgServer::shared();
+    let db = pg.create_database().await.unwrap();
+    pg.execute(
+        &db,
+        "SET ROLE cdc;
+         CREATE TABLE orders_1 (id int PRIMARY KEY, v bigint NOT NULL);
+         CREATE TABLE orders_2 (id int PRIMARY KEY, v bigint NOT NULL, region text NOT NULL);
+         INSERT INTO orders_1 SELECT g, g FROM generate_series(1, 5) g;
+         INSERT INTO orders_2 SELECT g, g, 'eu' FROM generate_series(101, 105) g;",
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connector(
+        pg,
+        &db,
+        dir.path(),
+        &["public.orders_*"],
+        "[[routing]]\nregex = 't\\.public\\.orders_\\d+'\nreplacement = 't.orders'\n",
+    );
+    c.start();
+    // The snapshot first, so that the changes below are streamed.
+    assert!(
+        wait_topic_len(&c.log_dir(), "t.orders", 10, Duration::from_secs(30)).await,
+        "{}",
+        c.output()
+    );
+    pg.execute(
+        &db,
+        "INSERT INTO orders_1 VALUES (6, 6); INSERT INTO orders_2 VALUES (106, 6, 'us');
+         UPDATE orders_1 SET v = 60 WHERE id = 6;",
+    )
+    .await
+    .unwrap();
+    assert!(
+        wait_topic_len(&c.log_dir(), "t.orders", 13, Duration::from_secs(30)).await,
+        "{}",
+        c.output()
+    );
+    let topics = log_topics(&c);
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+    assert!(topics.lines().any(|l| l == "t.orders\t3"), "{topics}");
+    assert!(!topics.contains("t.public.orders_"), "{topics}");
+    let recs = read_topic(&c.log_dir(), "t.orders");
+    let count = |table: &str, op: &str| {
+        recs.iter()
+            .filter_map(|r| r.value.as_ref())
+            .filter(|v| v["source"]["table"] == table && v["op"] == op)
+            .count()
+    };
+    assert_eq!((count("orders_1", "r"), count("orders_2", "r")), (5, 5));
+    assert_eq!((count("orders_1", "c"), count("orders_2", "c")), (1, 1));
+    assert_eq!(count("orders_1", "u"), 1);
+    let subjects = registry_subjects(&c);
+    for s in [
+        "t.orders-t.public.orders_1.Key",
+        "t.orders-t.public.orders_1.Envelope",
+        "t.orders-t.public.orders_2.Key",
+        "t.orders-t.public.orders_2.Envelope",
+    ] {
+        assert!(subjects.contains(s), "{s} not in {subjects:?}");
+    }
+    assert!(
+        !subjects.iter().any(|s| s.ends_with("-value")),
+        "{subjects:?}"
+    );
+}
+
+/// `source.message_key_columns` keys a table without a primary key (REPLICA IDENTITY
+/// FULL): every record's key is those columns, in the configured order, and its partition
+/// is the murmur2 partition of that key; a key change is a delete + create.
+#[tokio::test(flavor = "multi_thread")]
+async fn message_key_columns_key_a_table_without_a_primary_key() {
+    let pg = PgServer::shared();
+    let db = pg.create_database().await.unwrap();
+    pg.execute(
+        &db,
+        "SET ROLE cdc;
+         CREATE TABLE events (id int NOT NULL, kind text NOT NULL, n int);
+         ALTER TABLE events REPLICA IDENTITY FULL;
+         INSERT INTO events SELECT g, 'k' || (g % 4), 0 FROM generate_series(1, 20) g;",
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connector(pg, &db, dir.path(), &["public.events"], "");
+    let text = std::fs::read_to_string(&c.config).unwrap().replace(
+        "heartbeat_interval_ms = 1000\n",
+        "heartbeat_interval_ms = 1000\nmessage_key_columns = [\"public.events:kind,id\"]\n",
+    );
+    std::fs::write(&c.config, text).unwrap();
+    c.start();
+    let topic = "t.public.events";
+    // The snapshot first, so that the changes below are streamed.
+    assert!(
+        wait_topic_len(&c.log_dir(), topic, 20, Duration::from_secs(30)).await,
+        "{}",
+        c.output()
+    );
+    pg.execute(
+        &db,
+        "INSERT INTO events VALUES (21, 'k1', 0);
+         UPDATE events SET n = 1 WHERE id = 2;
+         DELETE FROM events WHERE id = 3;
+         UPDATE events SET kind = 'moved' WHERE id = 4;",
+    )
+    .await
+    .unwrap();
+    // 20 snapshot + 1 create + 1 update + delete and tombstone + the key change's delete,
+    // tombstone and create.
+    assert!(
+        wait_topic_len(&c.log_dir(), topic, 27, Duration::from_secs(30)).await,
+        "{}",
+        c.output()
+    );
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+    let log = cdc_log::Log::open_read_only(c.log_dir()).unwrap();
+    let mut n = 0;
+    let mut ops = Vec::new();
+    for p in 0..3 {
+        let mut r = log.reader(topic, p, cdc_log::StartAt::Earliest).unwrap();
+        loop {
+            let batch = r.poll(1 << 20).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for rec in batch {
+                n += 1;
+                let key = rec.key.as_deref().expect("every record has a key");
+                assert_eq!(
+                    cdc_log::partition_for_key(key, 3),
+                    p,
+                    "partition of {key:?}"
+                );
+                let k: Json = serde_json::from_slice(key).unwrap();
+                let text = String::from_utf8(key.to_vec()).unwrap();
+                assert!(text.starts_with("{\"kind\":"), "configured order: {text}");
+                let Some(v) = rec.value.as_deref() else {
+                    continue; // tombstone: same key as its delete
+                };
+                let v: Json = serde_json::from_slice(v).unwrap();
+                let op = v["op"].as_str().unwrap().to_string();
+                let row = if op == "d" { &v["before"] } else { &v["after"] };
+                assert_eq!(k, serde_json::json!({"kind": row["kind"], "id": row["id"]}));
+                ops.push(op);
+            }
+        }
+    }
+    assert_eq!(n, 27);
+    ops.sort();
+    assert_eq!(
+        ops.iter().filter(|o| *o != "r").collect::<Vec<_>>(),
+        ["c", "c", "d", "d", "u"],
+        "{ops:?}"
+    );
+    // The key is registered for the table that has none of its own.
+    assert!(
+        registry_subjects(&c).contains("t.public.events-key"),
+        "{:?}",
+        registry_subjects(&c)
+    );
+}

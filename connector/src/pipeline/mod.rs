@@ -1,12 +1,16 @@
 //! The pipeline: [`ChangeBatch`]es from a source → schema check → encode → append to the
 //! embedded log → flush with the source position → publish the durable position.
 //!
-//! Per event: the topic comes from the [`TopicRouter`] (`<name>.<schema>.<table>`, logical
-//! messages `<name>.message`); the [`Encoder`] is cached per table and rebuilt when the
-//! table's schema changes (a new Relation). Before the first record of a new schema version
-//! is appended, the encoder's Avro key and value schemas are registered under
-//! `<topic>-key` / `<topic>-value` — whatever the output format, so compatibility is always
-//! checked — and the ids set on the encoder. An incompatible change stops the pipeline with a
+//! Per event: a table's key is replaced by `source.message_key_columns` where an entry
+//! names it ([`cdc_sources::keys`], applied here so that every source has it); the topic
+//! comes from the [`TopicRouter`] (`<name>.<schema>.<table>`, logical messages
+//! `<name>.message`, rewritten by the `[[routing]]` rules); the [`Encoder`] is cached per
+//! table and rebuilt when the table's schema changes (a new Relation). Before the first
+//! record of a new schema version is appended, the encoder's Avro key and value schemas are
+//! registered — whatever the output format, so compatibility is always checked — and the
+//! ids set on the encoder. Subjects are `<topic>-key` / `<topic>-value` (Confluent's
+//! TopicNameStrategy); on a topic a routing rule produced, which may hold several tables,
+//! `<topic>-<record name>` (TopicRecordNameStrategy), so each table keeps its own history. An incompatible change stops the pipeline with a
 //! definite error naming the table, the subject, its rule and the ways out; nothing of that
 //! batch is appended and nothing past it is acknowledged (`format.schema_change = "force"`
 //! instead sets the subject's compatibility to NONE, registers, logs a warning and restores
@@ -60,6 +64,7 @@ use cdc_schemas::compat::CompatibilityLevel;
 use cdc_schemas::encode::{EncodeError, Encoder, EncoderConfig, RecordBuf, SchemaIds, TopicRouter};
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
 use cdc_schemas::{ChangeEvent, Checkpoint, Op, TableId, TableSchema};
+use cdc_sources::keys::{MessageKeyColumns, Rekeyer, UnknownKeyColumn};
 use cdc_sources::DurablePublisher;
 
 use encode::{BufPool, Encoders, Job, Piece, Segment, TableState};
@@ -78,17 +83,24 @@ pub struct PipelineConfig {
     pub force_schema_change: bool,
     pub group_commit_bytes: u64,
     pub group_commit: Duration,
+    /// `source.message_key_columns`.
+    pub key_columns: MessageKeyColumns,
 }
 
 /// Why the pipeline stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    #[error("table {table}: incompatible schema change (columns {columns}): {error}. Nothing of this table was appended or acknowledged past it. Ways out: make the change compatible (e.g. give new columns a default / keep types), relax the subject's compatibility (PUT /config/<subject> on the schema registry: the admin address for the embedded one), route the table to a new topic, or set format.schema_change = \"force\" and restart")]
+    #[error("table {table}: incompatible schema change (columns {columns}): {error}. Nothing of this table was appended or acknowledged past it.{key_hint} Ways out: make the change compatible (e.g. give new columns a default / keep types), relax the subject's compatibility (PUT /config/<subject> on the schema registry: the admin address for the embedded one), route the table to a new topic with a [[routing]] rule (regex, replacement), or set format.schema_change = \"force\" and restart")]
     Incompatible {
         table: String,
         columns: String,
-        error: RegistryError,
+        /// Boxed: the error stays small on the paths that do not fail.
+        error: Box<RegistryError>,
+        /// For a key subject: what the key was and how to keep it.
+        key_hint: String,
     },
+    #[error("{0}")]
+    KeyColumns(#[from] UnknownKeyColumn),
     #[error("schema registry: {0}")]
     Registry(RegistryError),
     /// Definite: a restart would find the schema registered and not restore the level.
@@ -174,6 +186,10 @@ pub struct Pipeline {
     pool: BufPool,
     /// Records of a transaction whose commit is not appended yet are in the log.
     partial: bool,
+    /// `source.message_key_columns`, applied to each table schema version.
+    rekeyer: Rekeyer,
+    /// The first table seen on each routed topic (to warn about shared keys once).
+    routed_tables: HashMap<String, TableId>,
 }
 
 impl InFlight {
@@ -193,6 +209,7 @@ impl Pipeline {
         durable: DurablePublisher,
     ) -> Self {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let rekeyer = Rekeyer::new(cfg.key_columns.clone());
         Pipeline {
             log,
             registry,
@@ -207,6 +224,8 @@ impl Pipeline {
             max_inflight: cores.clamp(2, 8),
             pool: BufPool::default(),
             partial: false,
+            rekeyer,
+            routed_tables: HashMap::new(),
         }
     }
 
@@ -298,6 +317,9 @@ impl Pipeline {
     /// stage as jobs; nothing is appended here.
     async fn submit(&mut self, mut queued: Queued) -> Result<(), PipelineError> {
         let commit = queued.batch.commit.take();
+        if !self.rekeyer.is_empty() {
+            self.rekey(&mut queued.batch.events)?;
+        }
         let n = queued.batch.events.len();
         let now_ns = now_ns();
         let ts = now_ns / 1_000_000;
@@ -472,12 +494,13 @@ impl Pipeline {
                 return Ok(());
             }
             let mut enc = Encoder::for_messages(&self.cfg.encoder)?;
-            let topic = self
-                .cfg
-                .router
-                .route(&format!("{}.message", self.cfg.encoder.source.topic_prefix));
+            let default = self.cfg.router.default_message_topic();
+            let (topic, routed) = match self.cfg.router.routed(&default) {
+                Some(t) => (t, true),
+                None => (default, false),
+            };
             let ids = self
-                .register(&topic, &enc, "<logical decoding messages>", None)
+                .register(&topic, routed, &enc, "<logical decoding messages>", None)
                 .await?;
             enc.set_schema_ids(ids);
             let topic = self.topic(&topic)?;
@@ -493,10 +516,18 @@ impl Pipeline {
             None => None,
         };
         let mut enc = Encoder::new(&self.cfg.encoder, schema)?;
-        let topic = self.cfg.router.topic_for(&schema.id);
+        let default = self.cfg.router.default_topic(&schema.id);
+        let (topic, routed) = match self.cfg.router.routed(&default) {
+            Some(t) => (t, true),
+            None => (default, false),
+        };
+        if routed {
+            self.note_routed(&topic, &schema.id);
+        }
         let ids = self
             .register(
                 &topic,
+                routed,
                 &enc,
                 &schema.id.to_string(),
                 Some((previous.as_deref(), schema)),
@@ -516,29 +547,67 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Registers `enc`'s schemas under the subjects of `topic` ([`subject`]).
     async fn register(
         &self,
         topic: &str,
+        routed: bool,
         enc: &Encoder,
         table: &str,
         change: Option<(Option<&TableSchema>, &TableSchema)>,
     ) -> Result<SchemaIds, PipelineError> {
         let key = match enc.avro_key_schema() {
             Some(k) => Some(
-                self.register_one(&format!("{topic}-key"), k, table, change)
+                self.register_one(&subject(topic, routed, "key", k), k, table, change, true)
                     .await?,
             ),
             None => None,
         };
+        let v = enc.avro_value_schema();
         let value = self
-            .register_one(
-                &format!("{topic}-value"),
-                enc.avro_value_schema(),
-                table,
-                change,
-            )
+            .register_one(&subject(topic, routed, "value", v), v, table, change, false)
             .await?;
         Ok(SchemaIds { key, value })
+    }
+
+    /// Replaces each event's table schema by its re-keyed version
+    /// (`source.message_key_columns`); an entry naming a column the table lacks is a
+    /// definite error, before anything of the batch is appended.
+    fn rekey(&mut self, events: &mut [ChangeEvent]) -> Result<(), PipelineError> {
+        let mut last: Option<(Arc<TableSchema>, Arc<TableSchema>)> = None;
+        for ev in events.iter_mut() {
+            let Some(t) = ev.table.as_mut() else {
+                continue;
+            };
+            let out = match &last {
+                Some((src, out)) if Arc::ptr_eq(src, t) => out.clone(),
+                _ => {
+                    let out = self.rekeyer.rekey(t)?;
+                    last = Some((t.clone(), out.clone()));
+                    out
+                }
+            };
+            *t = out;
+        }
+        Ok(())
+    }
+
+    /// A second table on a routed topic: their keys are not made unique across tables,
+    /// which compaction must know about. Said once per topic.
+    fn note_routed(&mut self, topic: &str, table: &TableId) {
+        match self.routed_tables.get(topic) {
+            None => {
+                self.routed_tables.insert(topic.to_string(), table.clone());
+            }
+            Some(first) if first != table => {
+                if self.cfg.topic_config.cleanup_policy.compact {
+                    tracing::warn!(topic, first = %first, second = %table, "[[routing]] sends two tables to one compacted topic: records of both with equal keys are one key to compaction, which keeps only the newest; give the tables disjoint keys or use log.cleanup_policy = \"delete\"");
+                }
+                // Warned (or nothing to warn about): remember this pair as seen.
+                self.routed_tables.insert(topic.to_string(), table.clone());
+            }
+            Some(_) => {}
+        }
     }
 
     async fn register_one(
@@ -547,6 +616,7 @@ impl Pipeline {
         text: &str,
         table: &str,
         change: Option<(Option<&TableSchema>, &TableSchema)>,
+        is_key: bool,
     ) -> Result<u32, PipelineError> {
         let schema = Schema::avro(text);
         match with_retries(subject, || self.registry.register(subject, &schema)).await {
@@ -559,7 +629,12 @@ impl Pipeline {
                     return Err(PipelineError::Incompatible {
                         table: table.to_string(),
                         columns,
-                        error: e,
+                        error: Box::new(e),
+                        key_hint: if is_key {
+                            key_hint(change)
+                        } else {
+                            String::new()
+                        },
                     });
                 }
                 self.force_register(subject, &schema, table, &columns, &e)
@@ -695,6 +770,56 @@ fn append_encoded(topic: &Topic, buf: &RecordBuf, ts: i64) -> Result<(u64, u64),
     Ok((records.len() as u64, buf.bytes.len() as u64))
 }
 
+/// The registry subject of a topic's key or value schema (`schema`: its Avro text):
+/// `<topic>-key` / `<topic>-value` (TopicNameStrategy), or on a routed topic
+/// `<topic>-<the record's full name>` (TopicRecordNameStrategy).
+pub fn subject(topic: &str, routed: bool, suffix: &str, schema: &str) -> String {
+    match avro_full_name(schema).filter(|_| routed) {
+        Some(name) => format!("{topic}-{name}"),
+        None => format!("{topic}-{suffix}"),
+    }
+}
+
+/// The full name (`namespace.name`) of an Avro named schema's JSON.
+fn avro_full_name(schema: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(schema).ok()?;
+    let name = v.get("name")?.as_str()?;
+    match v.get("namespace").and_then(|n| n.as_str()) {
+        Some(ns) if !ns.is_empty() && !name.contains('.') => Some(format!("{ns}.{name}")),
+        _ => Some(name.to_string()),
+    }
+}
+
+/// For an incompatible key schema: the key before and after, and the setting that keeps
+/// the old one.
+fn key_hint(change: Option<(Option<&TableSchema>, &TableSchema)>) -> String {
+    let Some((old, new)) = change else {
+        return String::new();
+    };
+    let cols = |t: &TableSchema| {
+        t.key_columns()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match old {
+        Some(old) if old.key != new.key && old.has_key() => format!(
+            " The record key changed from ({}) to ({}); to keep the old key, set {} = [\"{}:{}\"].",
+            cols(old),
+            cols(new),
+            cdc_sources::keys::KEY,
+            new.id,
+            cols(old)
+        ),
+        _ => format!(
+            " The record key is ({}); to key the table by other columns, set {} = [\"{}:<column>,<column>\"].",
+            cols(new),
+            cdc_sources::keys::KEY,
+            new.id
+        ),
+    }
+}
+
 /// Columns added, removed or changed between two versions of a table, for messages.
 pub fn changed_columns(old: Option<&TableSchema>, new: &TableSchema) -> String {
     let Some(old) = old else {
@@ -825,6 +950,7 @@ mod tests {
                 force_schema_change: true,
                 group_commit_bytes: 1 << 30,
                 group_commit: Duration::from_secs(60),
+                key_columns: MessageKeyColumns::default(),
             },
             dtx,
         );
@@ -887,6 +1013,7 @@ mod tests {
                 force_schema_change: false,
                 group_commit_bytes: 1 << 30,
                 group_commit: Duration::from_secs(60),
+                key_columns: MessageKeyColumns::default(),
             },
             dtx,
         );
@@ -964,5 +1091,165 @@ mod tests {
         let first_w = got_a.iter().position(|x| x.1).unwrap();
         assert!(got_a[first_w..].iter().all(|x| x.1));
         assert!(first_w > 0);
+    }
+
+    /// `[[routing]]` and `source.message_key_columns` as the pipeline applies them: two
+    /// tables of different shapes share a routed topic, each with its own subjects (one
+    /// pair of `<topic>-key`/`-value` subjects could not hold both under BACKWARD); a
+    /// keyless table gets the configured key, and its records are partitioned by it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn routing_and_message_key_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
+        let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
+        let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
+        let (dtx, _drx) = DurablePublisher::new(None);
+        let keys = MessageKeyColumns::parse(&["public.events:v,id".to_string()]).unwrap();
+        let pipeline = Pipeline::new(
+            log.clone(),
+            Arc::new(registry.clone()),
+            PipelineConfig {
+                encoder: EncoderConfig::new(
+                    SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
+                    RecordFormat::Json {
+                        schemas_enable: false,
+                    },
+                ),
+                router: TopicRouter::new("t", &[(r"t\.public\.orders_\d+", "t.orders")]).unwrap(),
+                topic_config: TopicConfig::with_partitions(3),
+                force_schema_change: false,
+                group_commit_bytes: 1 << 30,
+                group_commit: Duration::from_secs(60),
+                key_columns: keys,
+            },
+            dtx,
+        );
+        let (tx, rx) = queue::channel(4 << 20);
+        let run = tokio::spawn(pipeline.run(rx));
+        let o1 = table("orders_1", false);
+        // A required column the other table lacks: incompatible with it under BACKWARD.
+        let mut o2 = (*table("orders_2", true)).clone();
+        o2.columns[2] = o2.columns[2].clone().not_null();
+        let o2 = Arc::new(o2);
+        let events = Arc::new(
+            TableSchema::new(
+                TableId::new("public", "events"),
+                vec![
+                    Column::new("id", ColumnType::Int64, "int8"),
+                    Column::new("v", ColumnType::Text { max_len: None }, "text"),
+                ],
+                &[],
+            )
+            .unwrap(),
+        );
+        let mut evs = Vec::new();
+        for i in 0..20 {
+            evs.push(ev(&o1, i, 1));
+            evs.push(ev(&o2, 100 + i, 1));
+            evs.push(ev(&events, i, (i % 3) as usize));
+        }
+        tx.send(ChangeBatch {
+            events: evs,
+            commit: Some(pos(10)),
+            approx_bytes: 0,
+        })
+        .await
+        .unwrap();
+        drop(tx);
+        let (stats, r) = run.await.unwrap();
+        r.unwrap();
+        assert_eq!(stats.records, 60);
+        let mut topics = log.topics();
+        topics.sort();
+        assert_eq!(topics, ["t.orders", "t.public.events"]);
+        let mut subjects = registry.subjects(false);
+        subjects.sort();
+        assert_eq!(
+            subjects,
+            [
+                "t.orders-t.public.orders_1.Envelope",
+                "t.orders-t.public.orders_1.Key",
+                "t.orders-t.public.orders_2.Envelope",
+                "t.orders-t.public.orders_2.Key",
+                "t.public.events-key",
+                "t.public.events-value",
+            ]
+        );
+        let mut routed = 0;
+        let mut keyed = 0;
+        for (topic, parts) in [("t.orders", 3), ("t.public.events", 3)] {
+            for p in 0..parts {
+                let mut rd = log.reader(topic, p, StartAt::Earliest).unwrap();
+                loop {
+                    let recs = rd.poll(1 << 20).unwrap();
+                    if recs.is_empty() {
+                        break;
+                    }
+                    for rec in recs {
+                        let key = rec.key.expect("keyed");
+                        assert_eq!(cdc_log::partition_for_key(&key, 3), p);
+                        let k: serde_json::Value = serde_json::from_slice(&key).unwrap();
+                        if topic == "t.orders" {
+                            routed += 1;
+                        } else {
+                            // The configured columns, in the configured order.
+                            let names: Vec<&String> = k.as_object().unwrap().keys().collect();
+                            assert_eq!(names, ["v", "id"], "{k}");
+                            keyed += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!((routed, keyed), (40, 20));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unknown_key_column_is_a_definite_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
+        let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
+        let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
+        let (dtx, _drx) = DurablePublisher::new(None);
+        let pipeline = Pipeline::new(
+            log.clone(),
+            Arc::new(registry),
+            PipelineConfig {
+                encoder: EncoderConfig::new(
+                    SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
+                    RecordFormat::Json {
+                        schemas_enable: false,
+                    },
+                ),
+                router: TopicRouter::new("t", &[]).unwrap(),
+                topic_config: TopicConfig::default(),
+                force_schema_change: false,
+                group_commit_bytes: 1 << 30,
+                group_commit: Duration::from_secs(60),
+                key_columns: MessageKeyColumns::parse(&["public.a:id,nope".to_string()]).unwrap(),
+            },
+            dtx,
+        );
+        let (tx, rx) = queue::channel(4 << 20);
+        let run = tokio::spawn(pipeline.run(rx));
+        tx.send(ChangeBatch {
+            events: vec![ev(&table("a", false), 1, 1)],
+            commit: Some(pos(10)),
+            approx_bytes: 0,
+        })
+        .await
+        .unwrap();
+        drop(tx);
+        let (_, r) = run.await.unwrap();
+        let e = r.unwrap_err();
+        assert!(!e.is_transient());
+        let m = e.to_string();
+        assert!(
+            m.contains("public.a")
+                && m.contains("\"nope\"")
+                && m.contains("source.message_key_columns"),
+            "{m}"
+        );
+        assert!(log.topics().is_empty(), "nothing appended");
     }
 }

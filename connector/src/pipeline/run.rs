@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use cdc_log::{FlushPolicy, Log};
 use cdc_schemas::encode::{
     BinaryHandlingMode, ConnectorKind, DecimalHandlingMode, EncoderConfig, IntervalHandlingMode,
-    RecordFormat, SourceInfo, TimePrecisionMode, TopicRouter,
+    RecordFormat, SourceInfo, TimePrecisionMode,
 };
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::Checkpoint;
@@ -103,9 +103,6 @@ pub async fn run(config: Config) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if config.log.flush_interval_ms.is_some() || config.log.flush_bytes.is_some() {
-        tracing::warn!("log.flush_interval_ms / log.flush_bytes are ignored by `cdc run`: the pipeline flushes at transaction boundaries only (a flush inside a transaction would break exactly-once)");
-    }
     let opened = match super::registry::open_registry(&config).await {
         Ok(r) => r,
         Err(e) => {
@@ -185,11 +182,12 @@ pub async fn run(config: Config) -> ExitCode {
             registry.clone(),
             PipelineConfig {
                 encoder: encoder_config(&config, connector_kind, &database),
-                router: TopicRouter::new(&config.name, &[]).expect("no rules"),
+                router: config.topic_router().expect("validated at load"),
                 topic_config: topic_config.clone(),
                 force_schema_change: config.format.schema_change == "force",
                 group_commit_bytes: config.source.common.group_commit_bytes,
                 group_commit: Duration::from_millis(config.source.common.group_commit_ms),
+                key_columns: config.source.common.key_columns(),
             },
             publisher,
         );

@@ -22,13 +22,16 @@ pub struct RouteRule {
     replacement: String,
 }
 
-/// A rule that does not compile.
+/// A rule that does not compile, or whose replacement refers to a group its regex lacks.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("topic routing rule {index} ({pattern:?}): {reason}; fix the regex in the routing configuration")]
+#[error("topic routing rule {index} ({pattern:?}): {reason}")]
 pub struct RouteRuleError {
     pub index: usize,
+    /// The regex, or the replacement when `in_replacement`.
     pub pattern: String,
     pub reason: String,
+    /// The replacement is wrong, not the regex.
+    pub in_replacement: bool,
 }
 
 /// Rewrites Java-style `$1abc` group references into `${1}abc`, which the `regex` crate
@@ -51,6 +54,40 @@ fn java_replacement(r: &str) -> String {
     out
 }
 
+/// The group names and numbers `replacement` (already in `regex` crate syntax) refers to.
+fn group_refs(replacement: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let b = replacement.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'$' {
+            i += 1;
+            continue;
+        }
+        if b.get(i + 1) == Some(&b'$') {
+            i += 2;
+            continue;
+        }
+        if b.get(i + 1) == Some(&b'{') {
+            if let Some(end) = replacement[i + 2..].find('}') {
+                out.push(replacement[i + 2..i + 2 + end].to_string());
+                i += end + 3;
+                continue;
+            }
+        }
+        let start = i + 1;
+        let mut end = start;
+        while end < b.len() && (b[end].is_ascii_alphanumeric() || b[end] == b'_') {
+            end += 1;
+        }
+        if end > start {
+            out.push(replacement[start..end].to_string());
+        }
+        i = end.max(i + 1);
+    }
+    out
+}
+
 /// Chooses the topic of every record.
 #[derive(Clone, Debug)]
 pub struct TopicRouter {
@@ -67,12 +104,28 @@ impl TopicRouter {
             let regex = Regex::new(&format!("^(?:{pattern})$")).map_err(|e| RouteRuleError {
                 index,
                 pattern: pattern.to_string(),
-                reason: e.to_string(),
+                reason: e.to_string().replace('\n', " "),
+                in_replacement: false,
             })?;
-            compiled.push(RouteRule {
-                regex,
-                replacement: java_replacement(replacement),
-            });
+            let replacement = java_replacement(replacement);
+            for group in group_refs(&replacement) {
+                let known = match group.parse::<usize>() {
+                    Ok(n) => n < regex.captures_len(),
+                    Err(_) => regex.capture_names().flatten().any(|n| n == group),
+                };
+                if !known {
+                    return Err(RouteRuleError {
+                        index,
+                        pattern: replacement.clone(),
+                        reason: format!(
+                            "refers to group {group:?}, which the regex {pattern:?} does not have ({} numbered group(s))",
+                            regex.captures_len() - 1
+                        ),
+                        in_replacement: true,
+                    });
+                }
+            }
+            compiled.push(RouteRule { regex, replacement });
         }
         Ok(TopicRouter {
             prefix: prefix.to_string(),
@@ -87,12 +140,25 @@ impl TopicRouter {
 
     /// Applies the routing rules to a name.
     pub fn route(&self, name: &str) -> String {
-        for r in &self.rules {
-            if r.regex.is_match(name) {
-                return r.regex.replace(name, r.replacement.as_str()).into_owned();
-            }
-        }
-        name.to_string()
+        self.routed(name).unwrap_or_else(|| name.to_string())
+    }
+
+    /// The name the first matching rule gives `name`; `None` when no rule matches.
+    pub fn routed(&self, name: &str) -> Option<String> {
+        self.rules
+            .iter()
+            .find(|r| r.regex.is_match(name))
+            .map(|r| r.regex.replace(name, r.replacement.as_str()).into_owned())
+    }
+
+    /// The topic prefix (the connector's name).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The default (unrouted) topic of Postgres logical decoding messages.
+    pub fn default_message_topic(&self) -> String {
+        format!("{}.message", self.prefix)
     }
 
     /// The topic of a table's records.
@@ -104,7 +170,7 @@ impl TopicRouter {
     pub fn topic_for_event(&self, ev: &ChangeEvent) -> String {
         match (&ev.table, ev.op) {
             (Some(t), op) if op != Op::Message => self.topic_for(&t.id),
-            _ => self.route(&format!("{}.message", self.prefix)),
+            _ => self.route(&self.default_message_topic()),
         }
     }
 }
@@ -139,7 +205,15 @@ mod tests {
     fn bad_rule_is_reported() {
         let e = TopicRouter::new("p", &[("ok", "x"), ("(", "y")]).unwrap_err();
         assert_eq!(e.index, 1);
-        assert!(e.to_string().contains("fix the regex"));
+        assert!(!e.in_replacement);
+        assert!(e.to_string().contains("unclosed group"), "{e}");
+        let e = TopicRouter::new("p", &[(r"p\.(.*)", "q.$2")]).unwrap_err();
+        assert!(e.in_replacement && e.reason.contains("\"2\""), "{e}");
+        let e = TopicRouter::new("p", &[(r"p\.(?<t>.*)", "q.${table}")]).unwrap_err();
+        assert!(e.in_replacement && e.reason.contains("\"table\""), "{e}");
+        let r = TopicRouter::new("p", &[(r"p\.(?<t>.*)", "q.${t}.$1$$")]).unwrap();
+        assert_eq!(r.route("p.x"), "q.x.x$");
+        assert_eq!(r.routed("z.x"), None);
     }
 
     #[test]

@@ -272,6 +272,7 @@ async fn checks(
         )
         .await?;
     let filter = spec.source.common.filter();
+    let key_columns = spec.source.common.key_columns();
     let mut captured = Vec::new();
     let mut keyless = Vec::new();
     let mut failed = false;
@@ -280,7 +281,7 @@ async fn checks(
         if kind != "BASE TABLE" || !filter.includes(&id) {
             continue;
         }
-        if pks == 0 {
+        if pks == 0 && key_columns.for_table(&id).is_none() {
             keyless.push(id.to_string());
         }
         captured.push(id);
@@ -330,7 +331,12 @@ async fn checks(
                 "no primary key: {} — their records will have no key",
                 keyless.join(", ")
             ),
-            "add a primary key, or configure key columns for these tables",
+            format!(
+                "add a primary key, or name their key columns in {}, e.g. {} = [\"{}:<column>,<column>\"]",
+                crate::keys::KEY,
+                crate::keys::KEY,
+                keyless[0]
+            ),
         );
     }
     Ok(())

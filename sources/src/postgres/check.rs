@@ -226,6 +226,7 @@ async fn checks(
         )
         .await?;
     let filter = spec.source.common.filter();
+    let key_columns = spec.source.common.key_columns();
     let mut captured: Vec<TableId> = Vec::new();
     let mut problems: Vec<(String, String)> = Vec::new();
     let mut not_owned: Vec<TableId> = Vec::new();
@@ -252,7 +253,9 @@ async fn checks(
                 format!("{id} has REPLICA IDENTITY USING INDEX but the index is gone"),
                 format!("ALTER TABLE {qualified} REPLICA IDENTITY USING INDEX <unique index>;  or REPLICA IDENTITY FULL"),
             )),
-            "f" if !has_pk => keyless_full.push(id.to_string()),
+            "f" if !has_pk && key_columns.for_table(&id).is_none() => {
+                keyless_full.push(id.to_string())
+            }
             _ => {}
         }
         if !can_select {
@@ -310,9 +313,15 @@ async fn checks(
         r.warn(
             "tables",
             format!("no primary key, REPLICA IDENTITY FULL: {} — their records will have no key (null key, no per-row ordering across partitions)", keyless_full.join(", ")),
-            "add a primary key, or configure key columns for these tables",
+            format!(
+                "add a primary key, or name their key columns in {}, e.g. {} = [\"{}:<column>,<column>\"]",
+                crate::keys::KEY,
+                crate::keys::KEY,
+                keyless_full[0]
+            ),
         );
     }
+    check_key_columns(c, &key_columns, &captured, r).await?;
 
     // Publication.
     let publication = pg.publication().to_string();
@@ -512,6 +521,101 @@ async fn checks(
             "wal_retention",
             "PostgreSQL before 13 cannot cap the WAL a slot retains",
         );
+    }
+    Ok(())
+}
+
+/// `source.message_key_columns` against the captured tables: every configured column
+/// exists, and the replica identity carries it (else deletes have nulls in their keys).
+async fn check_key_columns(
+    c: &Client,
+    keys: &crate::keys::MessageKeyColumns,
+    captured: &[TableId],
+    r: &mut CheckReport,
+) -> Result<(), tokio_postgres::Error> {
+    use crate::keys::KEY;
+    for rule in keys.rules() {
+        if !captured
+            .iter()
+            .any(|t| crate::filter::glob(&rule.pattern, &t.to_string()))
+        {
+            r.warn(
+                "tables",
+                format!("{KEY} entry {:?} matches no captured table", rule.entry()),
+                format!("fix the table pattern of the entry, or remove it from {KEY}"),
+            );
+        }
+    }
+    for id in captured {
+        let Some(rule) = keys.for_table(id) else {
+            continue;
+        };
+        // Each column, and whether the old row of an update or delete carries it.
+        let rows = c
+            .query(
+                "SELECT a.attname::text, \
+                        CASE c.relreplident \
+                          WHEN 'f' THEN true \
+                          WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary AND a.attnum = ANY(i.indkey)) \
+                          WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisreplident AND a.attnum = ANY(i.indkey)) \
+                          ELSE false END \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped \
+                 WHERE n.nspname = $1 AND c.relname = $2 ORDER BY a.attnum",
+                &[&id.schema, &id.name],
+            )
+            .await?;
+        let columns: Vec<(String, bool)> =
+            rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+        let unknown: Vec<&String> = rule
+            .columns
+            .iter()
+            .filter(|k| !columns.iter().any(|(n, _)| n == *k))
+            .collect();
+        let qualified = format!("{}.{}", pg_ident(&id.schema), pg_ident(&id.name));
+        if !unknown.is_empty() {
+            r.fail(
+                "tables",
+                format!(
+                    "{KEY} entry {:?} names column(s) {} that {id} does not have; the connector would stop at its first change",
+                    rule.entry(),
+                    unknown.iter().map(|u| format!("{u:?}")).collect::<Vec<_>>().join(", ")
+                ),
+                format!(
+                    "fix the entry in {KEY} (names are case-sensitive); the columns of {id}: {}",
+                    columns.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
+            continue;
+        }
+        let outside: Vec<&String> = rule
+            .columns
+            .iter()
+            .filter(|k| {
+                columns
+                    .iter()
+                    .any(|(n, in_identity)| n == *k && !in_identity)
+            })
+            .collect();
+        if outside.is_empty() {
+            r.info(
+                "tables",
+                format!(
+                    "{id}: records keyed by ({}) from {KEY}",
+                    rule.columns.join(", ")
+                ),
+            );
+        } else {
+            r.warn(
+                "tables",
+                format!(
+                    "{id} is keyed by ({}) from {KEY}, but its REPLICA IDENTITY does not carry {}: the keys of its deletes would have null there",
+                    rule.columns.join(", "),
+                    outside.iter().map(|u| u.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                format!("ALTER TABLE {qualified} REPLICA IDENTITY FULL;  (or key it by its replica identity's columns)"),
+            );
+        }
     }
     Ok(())
 }
