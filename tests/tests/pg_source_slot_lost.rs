@@ -1,0 +1,313 @@
+//! A replication slot invalidated by the server (`max_slot_wal_keep_size` exceeded,
+//! `wal_status = lost`) while the log's checkpoint still depends on it, through the shipped
+//! CLI:
+//! - slot lost while the connector is stopped: `snapshot.mode = "initial"` stops with exit
+//!   code 1 and an error that names the cause and the fix, without touching the log or the
+//!   slot; `snapshot.mode = "when_needed"` then drops the slot, snapshots again (rows
+//!   re-read as `op = r`) and streams on;
+//! - slot lost while the connector is running (stalled with SIGSTOP, so the checkpointer
+//!   terminates its walsender): it ends with exit code 1 and the same error, no restart loop.
+//!
+//! How the slot gets lost deterministically: each test has its own server with
+//! `max_slot_wal_keep_size = '1MB'` (less than a 16 MB segment, so a checkpoint keeps no
+//! segment older than its redo point for a slot); writing a row in another database and
+//! `pg_switch_wal()` a few times moves the WAL end segments past the slot's `restart_lsn`,
+//! and `CHECKPOINT` then invalidates the slot. The filler goes to another database so that
+//! the walsender has nothing to send to a stalled client.
+
+mod pg_source_util;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use cdc_harness::{PgOptions, PgServer};
+use pg_source_util::*;
+
+/// The end of the server's log, for failure messages.
+fn pg_log(pg: &PgServer) -> String {
+    let s = std::fs::read_to_string(pg.log_path()).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+fn server() -> PgServer {
+    PgServer::start(PgOptions::default().config("max_slot_wal_keep_size = '1MB'")).unwrap()
+}
+
+/// The slot's `wal_status` (None: no such slot).
+async fn wal_status(pg: &PgServer, slot: &str) -> Option<String> {
+    let c = pg.superuser_client("postgres").await.unwrap();
+    c.query_opt(
+        "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
+        &[&slot],
+    )
+    .await
+    .unwrap()
+    .and_then(|r| r.get(0))
+}
+
+/// Writes WAL past `slot`'s retention limit and checkpoints until the server reports the
+/// slot lost.
+async fn invalidate(pg: &PgServer, slot: &str) {
+    let c = pg.superuser_client("postgres").await.unwrap();
+    c.batch_execute("CREATE TABLE IF NOT EXISTS filler (n int)")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for _ in 0..3 {
+            c.batch_execute("INSERT INTO filler VALUES (1); SELECT pg_switch_wal();")
+                .await
+                .unwrap();
+        }
+        // An active slot's walsender is terminated first; the checkpoint waits for it.
+        tokio::time::timeout(Duration::from_secs(30), c.batch_execute("CHECKPOINT"))
+            .await
+            .unwrap_or_else(|_| panic!("CHECKPOINT did not finish\n{}", pg_log(pg)))
+            .unwrap();
+        let st = wal_status(pg, slot).await;
+        if st.as_deref() == Some("lost") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot {slot} not invalidated (wal_status {st:?})\n{}",
+            pg_log(pg)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits for the connector to exit on its own; its exit code.
+async fn wait_exit(c: &mut Connector) -> Option<i32> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(s) = c.child.as_mut().unwrap().try_wait().unwrap() {
+            c.child = None;
+            return s.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the connector kept running on a lost slot\n{}",
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The invalidated-slot error: cause and fix.
+fn assert_invalidated_error(c: &Connector) {
+    let out = c.output();
+    for needle in [
+        "invalidated",
+        "wal_status = lost",
+        "snapshot.mode = \"when_needed\"",
+        "max_slot_wal_keep_size",
+    ] {
+        assert!(
+            out.contains(needle),
+            "the error does not mention {needle:?}\n{out}"
+        );
+    }
+    // One retry at most (the stream's end is transient until the slot is looked at).
+    assert!(
+        out.matches("restarting from the log's checkpoint").count() <= 1,
+        "restart loop on a lost slot\n{out}"
+    );
+}
+
+/// Per partition, the number of records the log holds (its next offset).
+fn next_offsets(recs: &[Rec]) -> BTreeMap<u32, u64> {
+    let mut m = BTreeMap::new();
+    for r in recs {
+        let e = m.entry(r.partition).or_insert(0);
+        *e = (*e).max(r.offset + 1);
+    }
+    m
+}
+
+/// The records at or after `from` (per partition).
+fn since(recs: &[Rec], from: &BTreeMap<u32, u64>) -> Vec<Rec> {
+    recs.iter()
+        .filter(|r| r.offset >= from.get(&r.partition).copied().unwrap_or(0))
+        .cloned()
+        .collect()
+}
+
+/// Waits until the records written since `from` alone rebuild the table: the new snapshot
+/// (and what streamed after it) holds the table's whole current state.
+async fn converge_since(pg: &PgServer, db: &str, c: &Connector, from: &BTreeMap<u32, u64>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let want = table_rows(pg, db, "acct").await;
+        let got = rebuild(&since(&read_topic(&c.log_dir(), ACCT_TOPIC), from));
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the records since the new snapshot rebuild {} rows, the table has {}; missing {:?}\n{}",
+            got.len(),
+            want.len(),
+            want.keys().filter(|k| got.get(*k) != want.get(*k)).take(5).collect::<Vec<_>>(),
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `GET /metrics` on the connector's admin server (its address is in its log).
+fn metrics(c: &Connector) -> String {
+    let log = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    let line = log
+        .lines()
+        .rfind(|l| l.contains("admin server listening"))
+        .expect("no admin address in the connector's log");
+    let at = line.find("127.0.0.1:").expect("admin address");
+    let addr: String = line[at..]
+        .chars()
+        .take_while(|ch| ch.is_ascii_digit() || *ch == '.' || *ch == ':')
+        .collect();
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_while_stopped_initial_stops_when_needed_snapshots_again() {
+    let pg = server();
+    let (db, dir, mut c) = running_acct(&pg, 20, &["public.acct"]).await;
+    // A few changes streamed, so the checkpoint is a streaming position.
+    pg.execute(
+        &db,
+        "INSERT INTO acct VALUES (21, 1, 's'); UPDATE acct SET v = 2 WHERE id = 3; DELETE FROM acct WHERE id = 4;",
+    )
+    .await
+    .unwrap();
+    c.converge(&pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+        .await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+
+    // Changes the stopped connector will never be able to stream: the slot is lost.
+    pg.execute(
+        &db,
+        "INSERT INTO acct VALUES (22, 1, 'gap'); UPDATE acct SET v = 3 WHERE id = 5; DELETE FROM acct WHERE id = 6;",
+    )
+    .await
+    .unwrap();
+    invalidate(&pg, &db).await;
+    let before = read_topic(&c.log_dir(), ACCT_TOPIC);
+
+    // snapshot.mode = "initial" (the default): a definite error, not a restart loop, and
+    // neither the log nor the slot touched.
+    c.start();
+    assert_eq!(wait_exit(&mut c).await, Some(1), "{}", c.output());
+    assert_invalidated_error(&c);
+    let after = read_topic(&c.log_dir(), ACCT_TOPIC);
+    assert_eq!(
+        next_offsets(&after),
+        next_offsets(&before),
+        "records appended from a lost slot\n{}",
+        c.output()
+    );
+    assert_eq!(wal_status(&pg, &db).await.as_deref(), Some("lost"));
+
+    // snapshot.mode = "when_needed": the lost slot is dropped and a new snapshot taken.
+    let mut text = std::fs::read_to_string(&c.config).unwrap();
+    text = text.replace(
+        "heartbeat_interval_ms = 1000\n",
+        "heartbeat_interval_ms = 1000\nslot_monitor_interval_ms = 200\n",
+    );
+    text.push_str("\n[snapshot]\nmode = \"when_needed\"\n");
+    std::fs::write(&c.config, text).unwrap();
+    let from = next_offsets(&after);
+    c.start();
+    converge_since(&pg, &db, &c, &from).await;
+    c.assert_running();
+    let fresh = since(&read_topic(&c.log_dir(), ACCT_TOPIC), &from);
+    let read_again: BTreeSet<String> = fresh
+        .iter()
+        .filter(|r| r.value.as_ref().is_some_and(|v| v["op"] == "r"))
+        .map(|r| r.key.as_ref().unwrap().to_string())
+        .collect();
+    let current: BTreeSet<String> = table_rows(&pg, &db, "acct").await.into_keys().collect();
+    assert_eq!(
+        read_again, current,
+        "every current row is read again as op r"
+    );
+    assert!(
+        c.output().contains("dropping the existing slot"),
+        "{}",
+        c.output()
+    );
+    let st = wal_status(&pg, &db).await;
+    assert!(
+        matches!(st.as_deref(), Some("reserved" | "extended")),
+        "new slot's wal_status {st:?}"
+    );
+
+    // And it streams on from the new slot.
+    pg.execute(
+        &db,
+        "INSERT INTO acct VALUES (23, 1, 'after'); UPDATE acct SET v = 4 WHERE id = 22;",
+    )
+    .await
+    .unwrap();
+    converge_since(&pg, &db, &c, &from).await;
+    // The gauge is exported, and says the (new) slot is not lost once the monitor read it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = metrics(&c);
+        if m.lines().any(|l| l == "cdc_pg_slot_wal_status_lost 0")
+            && m.lines().any(|l| {
+                l.strip_prefix("cdc_pg_slot_retained_wal_bytes ")
+                    .is_some_and(|v| v != "0")
+            })
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slot gauges not exported:\n{m}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_while_running_stops_with_the_invalidated_error() {
+    let pg = server();
+    let (db, _dir, mut c) = running_acct(&pg, 20, &["public.acct"]).await;
+    pg.execute(
+        &db,
+        "INSERT INTO acct VALUES (21, 1, 's'); UPDATE acct SET v = 2 WHERE id = 3;",
+    )
+    .await
+    .unwrap();
+    c.converge(&pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+        .await;
+    let before = next_offsets(&read_topic(&c.log_dir(), ACCT_TOPIC));
+
+    // A stalled consumer: its walsender keeps the slot active but nothing confirms.
+    let pid = c.child.as_ref().unwrap().id() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    invalidate(&pg, &db).await;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+
+    assert_eq!(wait_exit(&mut c).await, Some(1), "{}", c.output());
+    assert_invalidated_error(&c);
+    assert_eq!(
+        next_offsets(&read_topic(&c.log_dir(), ACCT_TOPIC)),
+        before,
+        "records appended from a lost slot\n{}",
+        c.output()
+    );
+    assert_eq!(wal_status(&pg, &db).await.as_deref(), Some("lost"));
+}
