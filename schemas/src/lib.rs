@@ -23,6 +23,7 @@ pub mod compat;
 pub mod decimal;
 pub mod encode;
 pub mod event;
+pub mod failure;
 pub mod gtid;
 pub mod metrics;
 pub mod position;

@@ -54,8 +54,7 @@ pub async fn run<C: LogConsumer, S: Sink>(
     let mut stats = DriverStats::default();
     // Polled but not yet delivered, in log order.
     let mut pending: Vec<SinkRecord> = Vec::new();
-    let mut backoff = opts.min_backoff;
-    let mut streak = false;
+    let mut retry = Retry::new(opts);
     loop {
         if *shutdown.borrow() {
             return Ok(stats);
@@ -69,19 +68,10 @@ pub async fn run<C: LogConsumer, S: Sink>(
             };
             match polled {
                 Ok(records) => pending = records,
-                Err(e) if e.is_transient() => {
-                    retry_wait(
-                        &e,
-                        &mut backoff,
-                        &mut streak,
-                        &mut stats,
-                        &mut shutdown,
-                        opts,
-                    )
-                    .await;
+                Err(e) => {
+                    retry.after(e, &mut stats, &mut shutdown).await?;
                     continue;
                 }
-                Err(e) => return Err(e),
             }
             if pending.is_empty() {
                 continue;
@@ -89,68 +79,86 @@ pub async fn run<C: LogConsumer, S: Sink>(
         }
         let n = match sink.deliver(&pending).await {
             Ok(Delivery::All) => pending.len(),
-            Ok(Delivery::Prefix(n)) => n.min(pending.len()),
-            Err(e) if e.is_transient() => {
-                retry_wait(
-                    &e,
-                    &mut backoff,
-                    &mut streak,
-                    &mut stats,
-                    &mut shutdown,
-                    opts,
-                )
-                .await;
+            Ok(Delivery::Prefix(0)) => {
+                let e = SinkError::transient("sink", "delivered nothing of the batch");
+                retry.after(e, &mut stats, &mut shutdown).await?;
                 continue;
             }
-            Err(e) => return Err(e),
+            Ok(Delivery::Prefix(n)) => n.min(pending.len()),
+            Err(e) => {
+                retry.after(e, &mut stats, &mut shutdown).await?;
+                continue;
+            }
         };
-        if n == 0 {
-            let e = SinkError::transient("sink", "delivered nothing of the batch");
-            retry_wait(
-                &e,
-                &mut backoff,
-                &mut streak,
-                &mut stats,
-                &mut shutdown,
-                opts,
-            )
-            .await;
-            continue;
-        }
         let offsets = next_offsets(&pending[..n]);
         // The commit is retried on its own: the records are delivered, and delivering
         // them again would be a needless replay.
         loop {
             match consumer.commit(&offsets).await {
                 Ok(()) => break,
-                Err(e) if e.is_transient() => {
-                    retry_wait(
-                        &e,
-                        &mut backoff,
-                        &mut streak,
-                        &mut stats,
-                        &mut shutdown,
-                        opts,
-                    )
-                    .await;
+                Err(e) => {
+                    retry.after(e, &mut stats, &mut shutdown).await?;
                     if *shutdown.borrow() {
                         return Ok(stats);
                     }
                 }
-                Err(e) => return Err(e),
             }
         }
         stats.delivered += n as u64;
         stats.commits += 1;
         pending.drain(..n);
-        if streak {
+        retry.succeeded(&stats);
+    }
+}
+
+/// Backoff over a streak of transient failures, logged once per streak.
+struct Retry<'a> {
+    opts: &'a DriverOptions,
+    backoff: Duration,
+    streak: bool,
+}
+
+impl<'a> Retry<'a> {
+    fn new(opts: &'a DriverOptions) -> Self {
+        Retry {
+            opts,
+            backoff: opts.min_backoff,
+            streak: false,
+        }
+    }
+
+    /// A definite `e` is returned; a transient one is waited out (or until shutdown).
+    async fn after(
+        &mut self,
+        e: SinkError,
+        stats: &mut DriverStats,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), SinkError> {
+        if !e.is_transient() {
+            return Err(e);
+        }
+        if !self.streak {
+            tracing::warn!(error = %e, "sink: transient failure; retrying with backoff");
+            self.streak = true;
+        }
+        stats.retries += 1;
+        tokio::select! {
+            _ = tokio::time::sleep(self.backoff) => {}
+            _ = shutdown.changed() => {}
+        }
+        self.backoff = (self.backoff * 2).min(self.opts.max_backoff);
+        Ok(())
+    }
+
+    fn succeeded(&mut self, stats: &DriverStats) {
+        if self.streak {
             tracing::info!(
                 retries = stats.retries,
                 "sink delivering again after transient failures"
             );
-            streak = false;
+            self.streak = false;
         }
-        backoff = opts.min_backoff;
+        self.backoff = self.opts.min_backoff;
     }
 }
 
@@ -166,26 +174,6 @@ fn next_offsets(delivered: &[SinkRecord]) -> Vec<(TopicPartition, u64)> {
         *e = (*e).max(r.offset + 1);
     }
     m.into_iter().collect()
-}
-
-async fn retry_wait(
-    e: &SinkError,
-    backoff: &mut Duration,
-    streak: &mut bool,
-    stats: &mut DriverStats,
-    shutdown: &mut watch::Receiver<bool>,
-    opts: &DriverOptions,
-) {
-    if !*streak {
-        tracing::warn!(error = %e, "sink: transient failure; retrying with backoff");
-        *streak = true;
-    }
-    stats.retries += 1;
-    tokio::select! {
-        _ = tokio::time::sleep(*backoff) => {}
-        _ = shutdown.changed() => {}
-    }
-    *backoff = (*backoff * 2).min(opts.max_backoff);
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use cdc_schemas::failure::Failure;
 
 /// One record read from the log, as handed to a sink. Cheap to clone (shared buffers).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,67 +55,9 @@ pub enum Delivery {
     Prefix(usize),
 }
 
-/// The underlying error a [`SinkError`] keeps.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// A failure of a sink or of its reading of the log, classified for the supervisor.
-#[derive(Debug, thiserror::Error)]
-pub enum SinkError {
-    /// May succeed on retry (target restarting, timeout, connection reset).
-    #[error("{what} (will retry): {detail}")]
-    Transient {
-        what: String,
-        detail: String,
-        #[source]
-        cause: Option<BoxError>,
-    },
-    /// Will not go away by retrying; the operator must act as `fix` says.
-    #[error("{what}: {detail}. Fix: {fix}")]
-    Definite {
-        what: String,
-        detail: String,
-        fix: String,
-        #[source]
-        cause: Option<BoxError>,
-    },
-}
-
-impl SinkError {
-    pub fn is_transient(&self) -> bool {
-        matches!(self, SinkError::Transient { .. })
-    }
-
-    pub fn transient(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        SinkError::Transient {
-            what: what.into(),
-            detail: detail.into(),
-            cause: None,
-        }
-    }
-
-    pub fn definite(
-        what: impl Into<String>,
-        detail: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Self {
-        SinkError::Definite {
-            what: what.into(),
-            detail: detail.into(),
-            fix: fix.into(),
-            cause: None,
-        }
-    }
-
-    /// Keeps `e` as the underlying error.
-    pub fn caused_by(mut self, e: impl Into<BoxError>) -> Self {
-        match &mut self {
-            SinkError::Transient { cause, .. } | SinkError::Definite { cause, .. } => {
-                *cause = Some(e.into())
-            }
-        }
-        self
-    }
-}
+/// A failure of a sink or of its reading of the log: [`Failure`]'s transient / definite
+/// split, with the underlying error kept as its `source()`.
+pub type SinkError = Failure;
 
 /// A target kept up to date from the log.
 pub trait Sink: Send {

@@ -59,6 +59,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use cdc_schemas::encode::ConnectorKind;
+use cdc_schemas::failure::Failure;
 use cdc_schemas::metrics::Metrics;
 use cdc_schemas::{ChangeEvent, Checkpoint};
 use tokio::sync::{mpsc, watch};
@@ -93,69 +94,9 @@ pub struct SourceContext {
     pub progress: Arc<SnapshotProgress>,
 }
 
-/// The underlying error a [`SourceError`] keeps, for `source()` chains and logs.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
-
-/// A failure of a source, classified for the supervisor. Each keeps its underlying
-/// error (a driver error, an I/O error) as its `source()`, so logs show the whole chain
-/// and callers can inspect it (a SQLSTATE, an errno) instead of parsing text.
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    /// May succeed on retry (connection reset, server restarting, failover).
-    #[error("{what} (will retry): {detail}")]
-    Transient {
-        what: String,
-        detail: String,
-        #[source]
-        cause: Option<BoxError>,
-    },
-    /// Will not go away by retrying; the operator must act as `fix` says.
-    #[error("{what}: {detail}. Fix: {fix}")]
-    Definite {
-        what: String,
-        detail: String,
-        fix: String,
-        #[source]
-        cause: Option<BoxError>,
-    },
-}
-
-impl SourceError {
-    pub fn is_transient(&self) -> bool {
-        matches!(self, SourceError::Transient { .. })
-    }
-
-    pub fn transient(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        SourceError::Transient {
-            what: what.into(),
-            detail: detail.into(),
-            cause: None,
-        }
-    }
-
-    pub fn definite(
-        what: impl Into<String>,
-        detail: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Self {
-        SourceError::Definite {
-            what: what.into(),
-            detail: detail.into(),
-            fix: fix.into(),
-            cause: None,
-        }
-    }
-
-    /// Keeps `e` as the underlying error.
-    pub fn caused_by(mut self, e: impl Into<BoxError>) -> Self {
-        match &mut self {
-            SourceError::Transient { cause, .. } | SourceError::Definite { cause, .. } => {
-                *cause = Some(e.into())
-            }
-        }
-        self
-    }
-}
+/// A failure of a source, classified for the supervisor: [`Failure`]'s transient /
+/// definite split, with the underlying error kept as its `source()`.
+pub type SourceError = Failure;
 
 /// A change source.
 pub trait Source: Send {
