@@ -429,44 +429,7 @@ fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
 }
 
 fn deserialize_raw(table: toml::Table) -> Result<RawConfig, (String, String)> {
-    let de = toml::Value::Table(table);
-    serde_path_to_error::deserialize::<_, RawConfig>(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        let inner = inner.trim_end().replace('\n', " ");
-        let path = if path == "." { String::new() } else { path };
-        let join = |k: &str| {
-            if path.is_empty() {
-                k.to_string()
-            } else {
-                format!("{path}.{k}")
-            }
-        };
-        if let Some(field) = backticked(&inner, "missing field `") {
-            (join(&field), "is required but missing".to_string())
-        } else if let Some(field) = backticked(&inner, "unknown field `") {
-            // The path already ends at the unknown key; toml appends " in `table`".
-            let expected = inner
-                .split_once(", expected")
-                .map(|(_, e)| e.split(" in `").next().unwrap_or(e))
-                .map(|e| format!(" (known keys:{e})"))
-                .unwrap_or_default();
-            let key = if path.ends_with(field.as_str()) {
-                path.clone()
-            } else {
-                join(&field)
-            };
-            (key, format!("unknown key{expected}"))
-        } else {
-            (path, inner)
-        }
-    })
-}
-
-fn backticked(s: &str, prefix: &str) -> Option<String> {
-    let start = s.find(prefix)? + prefix.len();
-    let end = s[start..].find('`')?;
-    Some(s[start..start + end].to_string())
+    cdc_sources::config::deserialize_keyed(toml::Value::Table(table), "")
 }
 
 #[cfg(test)]

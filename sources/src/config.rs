@@ -281,21 +281,58 @@ fn read_db<T: DbSection>(
 /// Deserializes one owner's keys of `[source]`, ignoring the other owner's; an error
 /// names the key as `source.<path>`.
 fn read_section<T: DeserializeOwned>(table: &toml::Table) -> Result<T, KeyError> {
-    let value = toml::Value::Table(table.clone());
+    deserialize_keyed(toml::Value::Table(table.clone()), "source")
+}
+
+/// Deserializes `value`, found at key path `prefix` ("" for the whole file); an error is
+/// the full key path of the offending value and what is wrong with it: a missing key
+/// ("is required but missing"), an unknown one (with the known keys, when the struct
+/// denies unknown fields), or a value of the wrong type.
+pub fn deserialize_keyed<T: DeserializeOwned>(
+    value: toml::Value,
+    prefix: &str,
+) -> Result<T, KeyError> {
     serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         let inner = inner.trim_end().replace('\n', " ");
-        let missing = inner
-            .split_once("missing field `")
-            .and_then(|(_, r)| r.split_once('`'))
-            .map(|(f, _)| f.to_string());
-        match missing {
-            Some(field) => (format!("source.{field}"), "is required but missing".into()),
-            None if path == "." => ("source".into(), inner),
-            None => (format!("source.{path}"), inner),
+        let path = match (prefix, path.as_str()) {
+            (p, ".") => p.to_string(),
+            ("", q) => q.to_string(),
+            (p, q) => format!("{p}.{q}"),
+        };
+        let join = |k: &str| {
+            if path.is_empty() {
+                k.to_string()
+            } else {
+                format!("{path}.{k}")
+            }
+        };
+        if let Some(field) = backticked(&inner, "missing field `") {
+            (join(&field), "is required but missing".to_string())
+        } else if let Some(field) = backticked(&inner, "unknown field `") {
+            // The path already ends at the unknown key; toml appends " in `table`".
+            let expected = inner
+                .split_once(", expected")
+                .map(|(_, e)| e.split(" in `").next().unwrap_or(e))
+                .map(|e| format!(" (known keys:{e})"))
+                .unwrap_or_default();
+            let key = if path.ends_with(field.as_str()) {
+                path.clone()
+            } else {
+                join(&field)
+            };
+            (key, format!("unknown key{expected}"))
+        } else {
+            (path, inner)
         }
     })
+}
+
+fn backticked(s: &str, prefix: &str) -> Option<String> {
+    let start = s.find(prefix)? + prefix.len();
+    let end = s[start..].find('`')?;
+    Some(s[start..start + end].to_string())
 }
 
 /// The field names a `#[derive(Deserialize)]` struct accepts (serde hands them to
