@@ -730,6 +730,16 @@ listen = "127.0.0.1:8083"
         assert_eq!(t.retention_ms, None);
         assert_eq!(t.cleanup_policy, cdc_log::CleanupPolicy::COMPACT_DELETE);
         assert_eq!(t.compression, cdc_log::Compression::Zstd);
+        assert_eq!(
+            load(GOOD, &[])
+                .unwrap()
+                .log
+                .topic_config()
+                .unwrap()
+                .compression,
+            cdc_log::Compression::Lz4,
+            "the default codec is lz4 (README, BENCHMARKS.md)"
+        );
         assert_eq!(c.log.log_options().cleaner_dedupe_bytes, 2 << 20);
         assert_eq!(
             load(GOOD, &[])

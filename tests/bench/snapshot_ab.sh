@@ -6,7 +6,9 @@
 #
 #   tests/bench/snapshot_ab.sh ROUNDS BIN [BIN...]
 #
-# Prints one line per run: label, wall seconds, then user s, sys s, peak RSS KiB.
+# Prints one line per run: label, wall seconds, then user s, sys s, peak RSS KiB, and for
+# the snapshots the bytes the log's directory holds afterwards (`du -sb`). A BIN may be a
+# wrapper script (e.g. one that sets CDC_LOG__COMPRESSION and execs the binary).
 set -euo pipefail
 rounds=$1; shift
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +25,6 @@ for _ in $(seq "$rounds"); do
     CDC_LOG_LEVEL=warn CDC_SOURCE__URL="postgres://$PGUSER@$PGHOST:$PGPORT/$PGDATABASE?sslmode=disable" \
       /usr/bin/time -f "%U %S %M" -o /tmp/snapshot_ab.time "$bin" run --config "$here/bench-cdc-snap.toml" >/dev/null
     e=$(now)
-    echo "$bin $(echo "$e - $s" | bc) $(cat /tmp/snapshot_ab.time)"
+    echo "$bin $(echo "$e - $s" | bc) $(cat /tmp/snapshot_ab.time) $(du -sb /tmp/cdc-bench-snap | cut -f1)"
   done
 done
