@@ -637,6 +637,9 @@ mod tests {
         }
     }
 
+    /// A running pipeline's task: its stats and result.
+    type Run = tokio::task::JoinHandle<(PipelineStats, Result<(), PipelineError>)>;
+
     /// Runs a pipeline into `log`: its batch sender, its task and the durable checkpoints.
     fn spawn(
         log: &Log,
@@ -644,7 +647,7 @@ mod tests {
         cfg: PipelineConfig,
     ) -> (
         tokio::sync::mpsc::Sender<ChangeBatch>,
-        tokio::task::JoinHandle<(PipelineStats, Result<(), PipelineError>)>,
+        Run,
         cdc_sources::Durable,
     ) {
         let (dtx, drx) = DurablePublisher::new(None);
@@ -671,7 +674,7 @@ mod tests {
     /// Ends the source (closes the channel) and waits for the pipeline's stats and result.
     async fn finish(
         tx: tokio::sync::mpsc::Sender<ChangeBatch>,
-        run: tokio::task::JoinHandle<(PipelineStats, Result<(), PipelineError>)>,
+        run: Run,
     ) -> (PipelineStats, Result<(), PipelineError>) {
         drop(tx);
         run.await.unwrap()
