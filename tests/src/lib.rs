@@ -16,11 +16,15 @@
 //!   (spawned with that uid directly; nothing runs through `su`/`pg_ctl`), so the harness
 //!   is the servers' parent and can wait for them.
 
+#[cfg(feature = "e2e")]
+mod http;
 mod mariadb;
 mod pg;
 mod process;
 mod redis;
 
+#[cfg(feature = "e2e")]
+pub use http::http;
 pub use mariadb::{MariaDbOptions, MariaDbServer};
 pub use pg::{
     resolve_bin_dir as resolve_pg_bin_dir, supports_ssl as pg_supports_ssl, PgOptions, PgServer,

@@ -48,6 +48,18 @@ fn fails(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
 
+/// Writes a config to `cfg` whose log is in `log_dir`, with `log_settings` (lines) in `[log]`.
+fn write_log_config(cfg: &Path, log_dir: &Path, log_settings: &str) {
+    std::fs::write(
+        cfg,
+        format!(
+            "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1/d\"\n[log]\ndir = {:?}\n{log_settings}",
+            log_dir.display().to_string()
+        ),
+    )
+    .unwrap();
+}
+
 fn lines(out: &str) -> Vec<Value> {
     out.lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
@@ -246,14 +258,7 @@ fn offset_below_log_start_is_out_of_range() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("log");
     let cfg = tmp.path().join("cdc.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1/d\"\n[log]\ndir = {:?}\nsegment_bytes = 1024\nretention_ms = 60000\n",
-            dir.display().to_string()
-        ),
-    )
-    .unwrap();
+    write_log_config(&cfg, &dir, "segment_bytes = 1024\nretention_ms = 60000\n");
     let input: String = (0..50)
         .map(|i| {
             format!(
@@ -262,18 +267,7 @@ fn offset_below_log_start_is_out_of_range() {
             )
         })
         .collect();
-    let o = Command::new(BIN)
-        .args(["log", "produce", "t", "--flush-every", "5", "--config"])
-        .arg(&cfg)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            c.stdin.take().unwrap().write_all(input.as_bytes())?;
-            c.wait_with_output()
-        })
-        .unwrap();
+    let o = with_config(&cfg, &["produce", "t", "--flush-every", "5"], &input);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let d = ok(&dir, &["describe", "t"], None);
     let row = d.lines().find(|l| l.starts_with("0\t")).unwrap();
@@ -385,14 +379,11 @@ fn produce_with_config_creates_topics_with_the_log_settings() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("log");
     let cfg = tmp.path().join("cdc.toml");
-    std::fs::write(
+    write_log_config(
         &cfg,
-        format!(
-            "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1/d\"\n[log]\ndir = {:?}\npartitions = 3\nsegment_bytes = 4096\ncleanup_policy = \"compact\"\ncompression = \"zstd\"\nretention_ms = -1\ndelete_retention_ms = 5000\n",
-            dir.display().to_string()
-        ),
-    )
-    .unwrap();
+        &dir,
+        "partitions = 3\nsegment_bytes = 4096\ncleanup_policy = \"compact\"\ncompression = \"zstd\"\nretention_ms = -1\ndelete_retention_ms = 5000\n",
+    );
     let input: String = (0..30).map(|i| format!("{{\"id\":{i}}}\n")).collect();
     // Without --partitions: `[log] partitions`, and the other topic settings.
     let o = with_config(&cfg, &["produce", "a", "--key-field", "id"], &input);
@@ -433,14 +424,7 @@ fn removed_flush_settings_are_a_config_error() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = tmp.path().join("cdc.toml");
     for key in ["flush_interval_ms", "flush_bytes"] {
-        std::fs::write(
-            &cfg,
-            format!(
-                "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1/d\"\n[log]\ndir = {:?}\n{key} = 1000\n",
-                tmp.path().join("log").display().to_string()
-            ),
-        )
-        .unwrap();
+        write_log_config(&cfg, &tmp.path().join("log"), &format!("{key} = 1000\n"));
         let o = with_config(&cfg, &["topics"], "");
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{err}");

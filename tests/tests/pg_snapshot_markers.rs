@@ -71,7 +71,6 @@ fn strip_ansi(text: &str) -> String {
 const TABLES: &[(&str, i64)] = &[("big", 6000), ("one", 1), ("empty", 0), ("mid", 2500)];
 
 async fn setup(pg: &PgServer) -> String {
-    let db = pg.create_database().await.unwrap();
     let mut sql = String::from("SET ROLE cdc;");
     for (t, n) in TABLES {
         sql.push_str(&format!(
@@ -80,8 +79,7 @@ async fn setup(pg: &PgServer) -> String {
              ANALYZE {t};"
         ));
     }
-    pg.execute(&db, &sql).await.unwrap();
-    db
+    database_with(pg, &sql).await
 }
 
 /// Runs an `initial_only` snapshot into a one-partition log and checks the markers.
@@ -164,15 +162,7 @@ async fn markers_with(connections: usize) {
     assert!(log.contains("snapshot read every table"), "{log}");
     assert!(log.contains("rows=8501"), "{log}");
     // initial_only leaves no slot behind: nobody would read it, and it would retain WAL.
-    let admin = pg.superuser_client("postgres").await.unwrap();
-    let slots: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
-            &[&db],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let slots = slot_count(pg, &db).await;
     assert_eq!(slots, 0, "initial_only left its slot behind\n{log}");
     // A second run finds the snapshot complete and exits 0 without creating a slot.
     c.start();
@@ -180,14 +170,7 @@ async fn markers_with(connections: usize) {
         .wait_exit(Duration::from_secs(60), "second run did not end")
         .await;
     assert_eq!(code, Some(0), "{}", c.output());
-    let slots: i64 = admin
-        .query_one(
-            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
-            &[&db],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let slots = slot_count(pg, &db).await;
     assert_eq!(slots, 0, "the second initial_only run created a slot");
 }
 

@@ -174,8 +174,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         .unwrap_or(20);
     let pg = PgServer::shared();
     let db = setup_acct(pg, 200).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(pg, &db, dir.path(), &["public.acct"], "");
+    let (_dir, mut c) = temp_connector(pg, &db, &["public.acct"], "");
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let w = tokio::spawn(workload(
@@ -212,11 +211,9 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
 async fn snapshot_with_concurrent_writes(connections: usize) {
     let pg = PgServer::shared();
     let db = setup_acct(pg, 30_000).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(
+    let (_dir, mut c) = temp_connector(
         pg,
         &db,
-        dir.path(),
         &["public.acct"],
         &format!("[snapshot]\nconnections = {connections}\nchunk_pages = 16\n"),
     );
@@ -286,23 +283,21 @@ async fn snapshot_consistent_with_concurrent_writes_8_connections() {
 async fn unchanged_toast_is_a_placeholder_or_reselected() {
     let pg = PgServer::shared();
     for mode in ["placeholder", "reselect"] {
-        let db = pg.create_database().await.unwrap();
-        pg.execute(
-            &db,
+        let db = database_with(
+            pg,
             "SET ROLE cdc;
              CREATE TABLE doc (id int PRIMARY KEY, n int, body text);
              ALTER TABLE doc ALTER COLUMN body SET STORAGE EXTERNAL;
              INSERT INTO doc SELECT g, 0, repeat(md5(g::text), 200) || 'it''s \\ end' FROM generate_series(1, 3) g;",
         )
-        .await
-        .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = connector(pg, &db, dir.path(), &["public.doc"], "");
-        let text = std::fs::read_to_string(&c.config).unwrap().replace(
-            "heartbeat_interval_ms = 1000\n",
-            &format!("heartbeat_interval_ms = 1000\ntoast = \"{mode}\"\n"),
-        );
-        std::fs::write(&c.config, text).unwrap();
+        .await;
+        let (_dir, mut c) = temp_connector(pg, &db, &["public.doc"], "");
+        c.edit_config(|text| {
+            text.replace(
+                "heartbeat_interval_ms = 1000\n",
+                &format!("heartbeat_interval_ms = 1000\ntoast = \"{mode}\"\n"),
+            )
+        });
         c.start();
         c.converge(pg, &db, "doc", "t.public.doc", Duration::from_secs(30))
             .await;
@@ -314,11 +309,8 @@ async fn unchanged_toast_is_a_placeholder_or_reselected() {
         .await
         .unwrap();
         let topic = "t.public.doc";
-        assert!(
-            wait_topic_len(&c.log_dir(), topic, 3 + 2 + 2, Duration::from_secs(30)).await,
-            "{}",
-            c.output()
-        );
+        c.wait_records(topic, 3 + 2 + 2, Duration::from_secs(30))
+            .await;
         assert_eq!(c.stop(), Some(0), "{}", c.output());
         drop_slot(pg, &db).await;
         let values: Vec<Json> = read_topic(&c.log_dir(), topic)
@@ -393,11 +385,7 @@ async fn schema_change_inside_a_transaction() {
     )
     .await
     .unwrap();
-    assert!(
-        wait_topic_len(&c.log_dir(), ACCT_TOPIC, 5, Duration::from_secs(30)).await,
-        "{}",
-        c.output()
-    );
+    c.wait_records(ACCT_TOPIC, 5, Duration::from_secs(30)).await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     drop_slot(pg, &db).await;
     let values: Vec<Json> = read_topic(&c.log_dir(), ACCT_TOPIC)
@@ -438,32 +426,25 @@ fn registry_subjects(c: &Connector) -> std::collections::BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread")]
 async fn routing_sends_two_tables_to_one_topic() {
     let pg = PgServer::shared();
-    let db = pg.create_database().await.unwrap();
-    pg.execute(
-        &db,
+    let db = database_with(
+        pg,
         "SET ROLE cdc;
          CREATE TABLE orders_1 (id int PRIMARY KEY, v bigint NOT NULL);
          CREATE TABLE orders_2 (id int PRIMARY KEY, v bigint NOT NULL, region text NOT NULL);
          INSERT INTO orders_1 SELECT g, g FROM generate_series(1, 5) g;
          INSERT INTO orders_2 SELECT g, g, 'eu' FROM generate_series(101, 105) g;",
     )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(
+    .await;
+    let (_dir, mut c) = temp_connector(
         pg,
         &db,
-        dir.path(),
         &["public.orders_*"],
         "[[routing]]\nregex = 't\\.public\\.orders_\\d+'\nreplacement = 't.orders'\n",
     );
     c.start();
     // The snapshot first, so that the changes below are streamed.
-    assert!(
-        wait_topic_len(&c.log_dir(), "t.orders", 10, Duration::from_secs(30)).await,
-        "{}",
-        c.output()
-    );
+    c.wait_records("t.orders", 10, Duration::from_secs(30))
+        .await;
     pg.execute(
         &db,
         "INSERT INTO orders_1 VALUES (6, 6); INSERT INTO orders_2 VALUES (106, 6, 'us');
@@ -471,11 +452,8 @@ async fn routing_sends_two_tables_to_one_topic() {
     )
     .await
     .unwrap();
-    assert!(
-        wait_topic_len(&c.log_dir(), "t.orders", 13, Duration::from_secs(30)).await,
-        "{}",
-        c.output()
-    );
+    c.wait_records("t.orders", 13, Duration::from_secs(30))
+        .await;
     let topics = log_topics(&c);
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     drop_slot(pg, &db).await;
@@ -512,31 +490,25 @@ async fn routing_sends_two_tables_to_one_topic() {
 #[tokio::test(flavor = "multi_thread")]
 async fn message_key_columns_key_a_table_without_a_primary_key() {
     let pg = PgServer::shared();
-    let db = pg.create_database().await.unwrap();
-    pg.execute(
-        &db,
+    let db = database_with(
+        pg,
         "SET ROLE cdc;
          CREATE TABLE events (id int NOT NULL, kind text NOT NULL, n int);
          ALTER TABLE events REPLICA IDENTITY FULL;
          INSERT INTO events SELECT g, 'k' || (g % 4), 0 FROM generate_series(1, 20) g;",
     )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(pg, &db, dir.path(), &["public.events"], "");
-    let text = std::fs::read_to_string(&c.config).unwrap().replace(
-        "heartbeat_interval_ms = 1000\n",
-        "heartbeat_interval_ms = 1000\nmessage_key_columns = [\"public.events:kind,id\"]\n",
-    );
-    std::fs::write(&c.config, text).unwrap();
+    .await;
+    let (_dir, mut c) = temp_connector(pg, &db, &["public.events"], "");
+    c.edit_config(|text| {
+        text.replace(
+            "heartbeat_interval_ms = 1000\n",
+            "heartbeat_interval_ms = 1000\nmessage_key_columns = [\"public.events:kind,id\"]\n",
+        )
+    });
     c.start();
     let topic = "t.public.events";
     // The snapshot first, so that the changes below are streamed.
-    assert!(
-        wait_topic_len(&c.log_dir(), topic, 20, Duration::from_secs(30)).await,
-        "{}",
-        c.output()
-    );
+    c.wait_records(topic, 20, Duration::from_secs(30)).await;
     pg.execute(
         &db,
         "INSERT INTO events VALUES (21, 'k1', 0);
@@ -548,11 +520,7 @@ async fn message_key_columns_key_a_table_without_a_primary_key() {
     .unwrap();
     // 20 snapshot + 1 create + 1 update + delete and tombstone + the key change's delete,
     // tombstone and create.
-    assert!(
-        wait_topic_len(&c.log_dir(), topic, 27, Duration::from_secs(30)).await,
-        "{}",
-        c.output()
-    );
+    c.wait_records(topic, 27, Duration::from_secs(30)).await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     drop_slot(pg, &db).await;
     let log = cdc_log::Log::open_read_only(c.log_dir()).unwrap();

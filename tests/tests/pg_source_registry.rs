@@ -108,13 +108,11 @@ fn registry_section(url: &str, password: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn remote_registry_ids_credentials_and_outage() {
     let pg = PgServer::shared();
-    let db = pg.create_database().await.unwrap();
-    pg.execute(
-        &db,
+    let db = database_with(
+        pg,
         "SET ROLE cdc; CREATE TABLE s (id int PRIMARY KEY, a int NOT NULL); INSERT INTO s SELECT g, g FROM generate_series(1, 3) g;",
     )
-    .await
-    .unwrap();
+    .await;
 
     let reg_dir = tempfile::tempdir().unwrap();
     let users = reg_dir.path().join("users");
@@ -139,20 +137,16 @@ async fn remote_registry_ids_credentials_and_outage() {
     }
 
     // Wrong credentials: the start fails, naming the keys, never the password.
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(
+    let (_dir, mut c) = temp_connector(
         pg,
         &db,
-        dir.path(),
         &["public.s"],
         &registry_section(&registry.url(), "not-the-pass-77"),
     );
     c.start();
-    let code = c
-        .wait_exit(Duration::from_secs(60), "the connector kept running")
+    let out = c
+        .wait_definite_error(Duration::from_secs(60), "the connector kept running")
         .await;
-    let out = c.output();
-    assert_eq!(code, Some(1), "{out}");
     assert!(
         out.contains("registry.username / registry.password")
             && out.contains("refused")
@@ -162,33 +156,21 @@ async fn remote_registry_ids_credentials_and_outage() {
 
     // Unreachable: the start fails, naming registry.url and what to do.
     let nobody = format!("http://127.0.0.1:{}", free_port());
-    std::fs::write(
-        &c.config,
-        std::fs::read_to_string(&c.config)
-            .unwrap()
-            .replace(&registry.url(), &nobody),
-    )
-    .unwrap();
+    c.edit_config(|text| text.replace(&registry.url(), &nobody));
     c.start();
-    let code = c
-        .wait_exit(Duration::from_secs(60), "the connector kept running")
+    let out = c
+        .wait_definite_error(Duration::from_secs(60), "the connector kept running")
         .await;
-    let out = c.output();
-    assert_eq!(code, Some(1), "{out}");
     assert!(
         out.contains("registry.url") && out.contains("unreachable") && out.contains("Fix:"),
         "{out}"
     );
 
     // The right ones: the records carry the remote's ids.
-    std::fs::write(
-        &c.config,
-        std::fs::read_to_string(&c.config)
-            .unwrap()
-            .replace(&nobody, &registry.url())
-            .replace("not-the-pass-77", "s3cret"),
-    )
-    .unwrap();
+    c.edit_config(|text| {
+        text.replace(&nobody, &registry.url())
+            .replace("not-the-pass-77", "s3cret")
+    });
     let admin = c.fixed_admin_port();
     c.start();
     let got = wait_for_ids(&c, &[1, 2, 3]).await;

@@ -39,15 +39,12 @@ async fn wait_for_id(c: &Connector, id: i64) {
 #[tokio::test(flavor = "multi_thread")]
 async fn incompatible_change_stops_and_force_resumes_without_loss() {
     let pg = PgServer::shared();
-    let db = pg.create_database().await.unwrap();
-    pg.execute(
-        &db,
+    let db = database_with(
+        pg,
         "SET ROLE cdc; CREATE TABLE s (id int PRIMARY KEY, a int NOT NULL); INSERT INTO s VALUES (1, 10);",
     )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(pg, &db, dir.path(), &["public.s"], "");
+    .await;
+    let (_dir, mut c) = temp_connector(pg, &db, &["public.s"], "");
     let admin = c.fixed_admin_port();
     c.start();
     let converge = |c: &Connector| {
@@ -86,20 +83,16 @@ async fn incompatible_change_stops_and_force_resumes_without_loss() {
     )
     .await
     .unwrap();
-    let code = c
-        .wait_exit(
+    let out = c
+        .wait_definite_error(
             Duration::from_secs(60),
             "connector kept running after an incompatible change",
         )
         .await;
-    let out = c.output();
-    assert_eq!(code, Some(1), "a definite error exits 1\n{out}");
-    for needle in ["public.s", "incompatible", "BACKWARD", "schema_change"] {
-        assert!(
-            out.contains(needle),
-            "the error does not mention {needle:?}\n{out}"
-        );
-    }
+    assert_mentions(
+        &out,
+        &["public.s", "incompatible", "BACKWARD", "schema_change"],
+    );
     assert_eq!(
         records_for_id(&c.log_dir(), 3),
         0,
@@ -108,9 +101,7 @@ async fn incompatible_change_stops_and_force_resumes_without_loss() {
     assert_eq!(records_for_id(&c.log_dir(), 2), 1);
 
     // The operator chooses to force it: the row arrives, once; nothing before it repeats.
-    let mut text = std::fs::read_to_string(&c.config).unwrap();
-    text.push_str("\n[format]\nschema_change = \"force\"\n");
-    std::fs::write(&c.config, text).unwrap();
+    c.edit_config(|text| text + "\n[format]\nschema_change = \"force\"\n");
     c.start();
     wait_for_id(&c, 3).await;
     assert_eq!(
@@ -186,18 +177,14 @@ async fn incompatible_change_stops_and_force_resumes_without_loss() {
 #[tokio::test(flavor = "multi_thread")]
 async fn configured_default_level_and_subject_levels_are_honoured() {
     let pg = PgServer::shared();
-    let db = pg.create_database().await.unwrap();
-    pg.execute(
-        &db,
+    let db = database_with(
+        pg,
         "SET ROLE cdc; CREATE TABLE s (id int PRIMARY KEY, a int NOT NULL); INSERT INTO s VALUES (1, 10);",
     )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(
+    .await;
+    let (_dir, mut c) = temp_connector(
         pg,
         &db,
-        dir.path(),
         &["public.s"],
         "[registry]\ncompatibility = \"NONE\"\n",
     );
@@ -233,17 +220,13 @@ async fn configured_default_level_and_subject_levels_are_honoured() {
     )
     .await
     .unwrap();
-    let code = c
-        .wait_exit(Duration::from_secs(60), "the connector kept running")
+    let out = c
+        .wait_definite_error(Duration::from_secs(60), "the connector kept running")
         .await;
-    let out = c.output();
-    assert_eq!(code, Some(1), "a definite error exits 1\n{out}");
-    for needle in ["public.s", "incompatible", "BACKWARD", VALUE_SUBJECT] {
-        assert!(
-            out.contains(needle),
-            "the error does not mention {needle:?}\n{out}"
-        );
-    }
+    assert_mentions(
+        &out,
+        &["public.s", "incompatible", "BACKWARD", VALUE_SUBJECT],
+    );
     assert_eq!(records_for_id(&c.log_dir(), 3), 0);
     drop_slot(pg, &db).await;
 }

@@ -54,10 +54,9 @@ const VALUES: &str = "true, -32768, 2147483647, -9223372036854775808, 1.5, -2.25
 #[tokio::test(flavor = "multi_thread")]
 async fn every_type_round_trips_through_snapshot_and_stream() {
     let pg = PgServer::shared();
-    let db = pg.create_database().await.unwrap();
     let cols: Vec<String> = COLUMNS.iter().map(|(n, t)| format!("{n} {t}")).collect();
-    pg.execute(
-        &db,
+    let db = database_with(
+        pg,
         &format!(
             "SET ROLE cdc; CREATE TYPE mood AS ENUM ('sad', 'happy');
              CREATE TABLE ty (id int PRIMARY KEY, {});
@@ -65,13 +64,10 @@ async fn every_type_round_trips_through_snapshot_and_stream() {
             cols.join(", ")
         ),
     )
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(
+    .await;
+    let (_dir, mut c) = temp_connector(
         pg,
         &db,
-        dir.path(),
         &["public.ty"],
         "[format]\ndecimal_handling_mode = \"string\"\nbinary_handling_mode = \"hex\"\ninterval_handling_mode = \"string\"\n",
     );

@@ -14,8 +14,7 @@
 //!
 //! `cargo test -p cdc-harness --test registry`
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -103,26 +102,13 @@ fn http(addr: &str, method: &str, path: &str, body: Option<&J>) -> (u16, J) {
 
 /// [`http`] with extra header lines (each ending in `\r\n`).
 fn http_with(addr: &str, method: &str, path: &str, body: Option<&J>, headers: &str) -> (u16, J) {
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\nAccept: application/vnd.schemaregistry.v1+json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    cdc_harness::http(
+        addr,
+        method,
+        path,
+        body,
+        &format!("Accept: application/vnd.schemaregistry.v1+json\r\n{headers}"),
     )
-    .unwrap();
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp).expect("read response");
-    let text = String::from_utf8(resp).expect("utf-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP response");
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    let json = serde_json::from_str(body).unwrap_or(J::String(body.to_string()));
-    (status, json)
 }
 
 fn cache_dir() -> PathBuf {

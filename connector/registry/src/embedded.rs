@@ -172,13 +172,7 @@ impl EmbeddedRegistry {
         include_deleted: bool,
     ) -> Result<RegisteredSchema, RegistryError> {
         let state = self.read();
-        let vs = state
-            .subjects
-            .get(subject)
-            .filter(|vs| include_deleted || vs.values().any(|e| !e.deleted))
-            .ok_or_else(|| RegistryError::SubjectNotFound {
-                subject: subject.to_string(),
-            })?;
+        let vs = state.subject_versions(subject, include_deleted)?;
         let parsed = state.parse(schema)?;
         let id = state.by_key.get(&parsed.key).copied();
         // Newest matching version first (a schema can be re-registered after a delete).

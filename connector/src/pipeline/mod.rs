@@ -611,38 +611,91 @@ mod tests {
         Arc::new(TableSchema::new(TableId::new("public", name), cols, &["id"]).unwrap())
     }
 
+    /// A log and an embedded registry, each in its own folder under `dir`.
+    fn open_log_and_registry(dir: &std::path::Path) -> (Log, cdc_registry::EmbeddedRegistry) {
+        let log = Log::open(dir.join("log"), LogOptions::default()).unwrap();
+        let reg_log = Log::open(dir.join("registry"), LogOptions::default()).unwrap();
+        (log, cdc_registry::EmbeddedRegistry::open(reg_log).unwrap())
+    }
+
+    /// The tests' default: JSON without schemas, topics `t.<schema>.<table>`, no forced
+    /// schema changes, no group commit before the end, the tables' own keys.
+    fn config() -> PipelineConfig {
+        PipelineConfig {
+            encoder: EncoderConfig::new(
+                SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
+                RecordFormat::Json {
+                    schemas_enable: false,
+                },
+            ),
+            router: TopicRouter::new("t", &[]).unwrap(),
+            topic_config: TopicConfig::default(),
+            force_schema_change: false,
+            group_commit_bytes: 1 << 30,
+            group_commit: Duration::from_secs(60),
+            key_columns: MessageKeyColumns::default(),
+        }
+    }
+
+    /// A running pipeline's task: its stats and result.
+    type Run = tokio::task::JoinHandle<(PipelineStats, Result<(), PipelineError>)>;
+
+    /// Runs a pipeline into `log`: its batch sender, its task and the durable checkpoints.
+    fn spawn(
+        log: &Log,
+        registry: Arc<dyn SchemaRegistry>,
+        cfg: PipelineConfig,
+    ) -> (
+        tokio::sync::mpsc::Sender<ChangeBatch>,
+        Run,
+        cdc_sources::Durable,
+    ) {
+        let (dtx, drx) = DurablePublisher::new(None);
+        let pipeline = Pipeline::new(log.clone(), registry, cfg, dtx);
+        let (tx, rx) = queue::channel(4 << 20);
+        (tx, tokio::spawn(pipeline.run(rx)), drx)
+    }
+
+    /// Sends a batch of `events` ending at `commit` (`None`: part of a transaction).
+    async fn send(
+        tx: &tokio::sync::mpsc::Sender<ChangeBatch>,
+        events: Vec<ChangeEvent>,
+        commit: Option<Checkpoint>,
+    ) {
+        tx.send(ChangeBatch {
+            events,
+            commit,
+            approx_bytes: 0,
+        })
+        .await
+        .unwrap();
+    }
+
+    /// Ends the source (closes the channel) and waits for the pipeline's stats and result.
+    async fn finish(
+        tx: tokio::sync::mpsc::Sender<ChangeBatch>,
+        run: Run,
+    ) -> (PipelineStats, Result<(), PipelineError>) {
+        drop(tx);
+        run.await.unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn forced_change_restores_the_subjects_level() {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
-        let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
-        let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
+        let (log, registry) = open_log_and_registry(dir.path());
         // `a` has its own level, `b` follows the global one.
         registry
             .set_compatibility_sync(Some("t.public.a-value"), CompatibilityLevel::Full)
             .unwrap();
-        let (dtx, _drx) = DurablePublisher::new(None);
-        let pipeline = Pipeline::new(
-            log.clone(),
+        let (tx, run, _drx) = spawn(
+            &log,
             Arc::new(registry.clone()),
             PipelineConfig {
-                encoder: EncoderConfig::new(
-                    SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
-                    RecordFormat::Json {
-                        schemas_enable: false,
-                    },
-                ),
-                router: TopicRouter::new("t", &[]).unwrap(),
-                topic_config: TopicConfig::default(),
                 force_schema_change: true,
-                group_commit_bytes: 1 << 30,
-                group_commit: Duration::from_secs(60),
-                key_columns: MessageKeyColumns::default(),
+                ..config()
             },
-            dtx,
         );
-        let (tx, rx) = queue::channel(4 << 20);
-        let run = tokio::spawn(pipeline.run(rx));
         let mut lsn = 100;
         for name in ["a", "b"] {
             // v: text, then int8 — incompatible under FULL and BACKWARD alike.
@@ -653,19 +706,15 @@ mod tests {
                     vec![Value::Int64(1), Value::Text("x".into())]
                 };
                 lsn += 10;
-                tx.send(ChangeBatch {
-                    events: vec![
-                        ChangeEvent::create(t.clone(), Row::new(vals), position(lsn), 0).unwrap(),
-                    ],
-                    commit: Some(pos(lsn)),
-                    approx_bytes: 0,
-                })
-                .await
-                .unwrap();
+                send(
+                    &tx,
+                    vec![ChangeEvent::create(t.clone(), Row::new(vals), position(lsn), 0).unwrap()],
+                    Some(pos(lsn)),
+                )
+                .await;
             }
         }
-        drop(tx);
-        let (stats, r) = run.await.unwrap();
+        let (stats, r) = finish(tx, run).await;
         r.unwrap();
         assert_eq!(stats.records, 4);
         for s in ["t.public.a-value", "t.public.b-value"] {
@@ -681,31 +730,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn parallel_encoding_keeps_order_batch_ends_and_schema_versions() {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
-        let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
-        let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
-        let (dtx, drx) = DurablePublisher::new(None);
-        let pipeline = Pipeline::new(
-            log.clone(),
-            Arc::new(registry),
-            PipelineConfig {
-                encoder: EncoderConfig::new(
-                    SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
-                    RecordFormat::Json {
-                        schemas_enable: false,
-                    },
-                ),
-                router: TopicRouter::new("t", &[]).unwrap(),
-                topic_config: TopicConfig::default(),
-                force_schema_change: false,
-                group_commit_bytes: 1 << 30,
-                group_commit: Duration::from_secs(60),
-                key_columns: MessageKeyColumns::default(),
-            },
-            dtx,
-        );
-        let (tx, rx) = queue::channel(4 << 20);
-        let run = tokio::spawn(pipeline.run(rx));
+        let (log, registry) = open_log_and_registry(dir.path());
+        let (tx, run, drx) = spawn(&log, Arc::new(registry), config());
         let (a1, a2, b) = (table("a", false), table("a", true), table("b", false));
         let (mut next_a, mut next_b, mut lsn) = (0i64, 0i64, 100u64);
         // Batches of 1 to ~10k events (several jobs each), interleaving two tables, some
@@ -740,25 +766,12 @@ mod tests {
             }
             lsn += 10;
             let commit = (i % 4 != 1).then(|| pos(lsn));
-            tx.send(ChangeBatch {
-                events,
-                commit,
-                approx_bytes: 0,
-            })
-            .await
-            .unwrap();
+            send(&tx, events, commit).await;
         }
         // The last batch commits, so everything is complete.
         lsn += 10;
-        tx.send(ChangeBatch {
-            events: vec![],
-            commit: Some(pos(lsn)),
-            approx_bytes: 0,
-        })
-        .await
-        .unwrap();
-        drop(tx);
-        let (stats, r) = run.await.unwrap();
+        send(&tx, vec![], Some(pos(lsn))).await;
+        let (stats, r) = finish(tx, run).await;
         r.unwrap();
         assert_eq!(stats.events, (next_a + next_b) as u64);
         assert_eq!(stats.records, (next_a + next_b) as u64);
@@ -787,32 +800,18 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn routing_and_message_key_columns() {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
-        let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
-        let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
-        let (dtx, _drx) = DurablePublisher::new(None);
+        let (log, registry) = open_log_and_registry(dir.path());
         let keys = MessageKeyColumns::parse(&["public.events:v,id".to_string()]).unwrap();
-        let pipeline = Pipeline::new(
-            log.clone(),
+        let (tx, run, _drx) = spawn(
+            &log,
             Arc::new(registry.clone()),
             PipelineConfig {
-                encoder: EncoderConfig::new(
-                    SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
-                    RecordFormat::Json {
-                        schemas_enable: false,
-                    },
-                ),
                 router: TopicRouter::new("t", &[(r"t\.public\.orders_\d+", "t.orders")]).unwrap(),
                 topic_config: TopicConfig::with_partitions(3),
-                force_schema_change: false,
-                group_commit_bytes: 1 << 30,
-                group_commit: Duration::from_secs(60),
                 key_columns: keys,
+                ..config()
             },
-            dtx,
         );
-        let (tx, rx) = queue::channel(4 << 20);
-        let run = tokio::spawn(pipeline.run(rx));
         let o1 = table("orders_1", false);
         // A required column the other table lacks: incompatible with it under BACKWARD.
         let mut o2 = (*table("orders_2", true)).clone();
@@ -835,15 +834,8 @@ mod tests {
             evs.push(ev(&o2, 100 + i, 1));
             evs.push(ev(&events, i, (i % 3) as usize));
         }
-        tx.send(ChangeBatch {
-            events: evs,
-            commit: Some(pos(10)),
-            approx_bytes: 0,
-        })
-        .await
-        .unwrap();
-        drop(tx);
-        let (stats, r) = run.await.unwrap();
+        send(&tx, evs, Some(pos(10))).await;
+        let (stats, r) = finish(tx, run).await;
         r.unwrap();
         assert_eq!(stats.records, 60);
         let mut topics = log.topics();
@@ -894,40 +886,17 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unknown_key_column_is_a_definite_error() {
         let dir = tempfile::tempdir().unwrap();
-        let log = Log::open(dir.path().join("log"), LogOptions::default()).unwrap();
-        let reg_log = Log::open(dir.path().join("registry"), LogOptions::default()).unwrap();
-        let registry = cdc_registry::EmbeddedRegistry::open(reg_log).unwrap();
-        let (dtx, _drx) = DurablePublisher::new(None);
-        let pipeline = Pipeline::new(
-            log.clone(),
+        let (log, registry) = open_log_and_registry(dir.path());
+        let (tx, run, _drx) = spawn(
+            &log,
             Arc::new(registry),
             PipelineConfig {
-                encoder: EncoderConfig::new(
-                    SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
-                    RecordFormat::Json {
-                        schemas_enable: false,
-                    },
-                ),
-                router: TopicRouter::new("t", &[]).unwrap(),
-                topic_config: TopicConfig::default(),
-                force_schema_change: false,
-                group_commit_bytes: 1 << 30,
-                group_commit: Duration::from_secs(60),
                 key_columns: MessageKeyColumns::parse(&["public.a:id,nope".to_string()]).unwrap(),
+                ..config()
             },
-            dtx,
         );
-        let (tx, rx) = queue::channel(4 << 20);
-        let run = tokio::spawn(pipeline.run(rx));
-        tx.send(ChangeBatch {
-            events: vec![ev(&table("a", false), 1, 1)],
-            commit: Some(pos(10)),
-            approx_bytes: 0,
-        })
-        .await
-        .unwrap();
-        drop(tx);
-        let (_, r) = run.await.unwrap();
+        send(&tx, vec![ev(&table("a", false), 1, 1)], Some(pos(10))).await;
+        let (_, r) = finish(tx, run).await;
         let e = r.unwrap_err();
         assert!(!e.is_transient());
         let m = e.to_string();

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(unused_imports)] // Not every suite calls it.
+pub use cdc_harness::http;
 use cdc_harness::{passwords, PgServer};
 use cdc_log::{Log, LogOptions, StartAt};
 use serde_json::Value as Json;
@@ -284,6 +286,37 @@ pub async fn wait_converged(
     }
 }
 
+/// A fresh database in which `sql` ran (as the superuser: start it with `SET ROLE cdc;`).
+pub async fn database_with(pg: &PgServer, sql: &str) -> String {
+    let db = pg.create_database().await.unwrap();
+    pg.execute(&db, sql).await.unwrap();
+    db
+}
+
+/// A connector (not started) in a new temporary directory; keep the `TempDir` alive.
+pub fn temp_connector(
+    pg: &PgServer,
+    db: &str,
+    tables: &[&str],
+    extra: &str,
+) -> (tempfile::TempDir, Connector) {
+    let dir = tempfile::tempdir().unwrap();
+    let c = connector(pg, db, dir.path(), tables, extra);
+    (dir, c)
+}
+
+/// How many replication slots named `slot` exist.
+pub async fn slot_count(pg: &PgServer, slot: &str) -> i64 {
+    let c = pg.superuser_client("postgres").await.unwrap();
+    c.query_one(
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+        &[&slot],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
 /// Drops the test's slot (named after its database) so it retains no WAL afterwards.
 pub async fn drop_slot(pg: &PgServer, db: &str) {
     let c = pg.superuser_client("postgres").await.unwrap();
@@ -301,17 +334,14 @@ pub const ACCT_TOPIC: &str = "t.public.acct";
 /// A fresh database with the `acct` fixture table (`id` key, `v` counter, `pad`) holding
 /// `rows` rows, created as `cdc`.
 pub async fn setup_acct(pg: &PgServer, rows: i64) -> String {
-    let db = pg.create_database().await.unwrap();
-    pg.execute(
-        &db,
+    database_with(
+        pg,
         &format!(
             "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL, pad text);
              INSERT INTO acct SELECT g, 0, repeat('x', 50) FROM generate_series(1, {rows}) g;"
         ),
     )
     .await
-    .unwrap();
-    db
 }
 
 /// The `acct` fixture with `rows` rows and a connector (tables `tables`) started on it
@@ -322,8 +352,7 @@ pub async fn running_acct(
     tables: &[&str],
 ) -> (String, tempfile::TempDir, Connector) {
     let db = setup_acct(pg, rows).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut c = connector(pg, &db, dir.path(), tables, "");
+    let (dir, mut c) = temp_connector(pg, &db, tables, "");
     c.start();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
         .await;
@@ -371,44 +400,45 @@ impl Connector {
     /// Moves the admin server to a fixed free port (before `start`); returns its address.
     pub fn fixed_admin_port(&mut self) -> String {
         let addr = format!("127.0.0.1:{}", free_port());
-        let text = std::fs::read_to_string(&self.config).unwrap();
-        assert!(text.contains("listen = \"127.0.0.1:0\""), "{text}");
-        let text = text.replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{addr}\""));
-        std::fs::write(&self.config, text).unwrap();
+        self.edit_config(|text| {
+            assert!(text.contains("listen = \"127.0.0.1:0\""), "{text}");
+            text.replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{addr}\""))
+        });
         addr
+    }
+
+    /// Rewrites the config file with `edit` (before `start`).
+    pub fn edit_config(&self, edit: impl FnOnce(String) -> String) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        std::fs::write(&self.config, edit(text)).unwrap();
+    }
+
+    /// Waits for the connector to exit with 1 (a definite error); returns its output.
+    pub async fn wait_definite_error(&mut self, timeout: Duration, what: &str) -> String {
+        let code = self.wait_exit(timeout, what).await;
+        let out = self.output();
+        assert_eq!(code, Some(1), "a definite error exits 1\n{out}");
+        out
+    }
+
+    /// Asserts that `topic` holds at least `n` records within `timeout`.
+    pub async fn wait_records(&self, topic: &str, n: u64, timeout: Duration) {
+        assert!(
+            wait_topic_len(&self.log_dir(), topic, n, timeout).await,
+            "{}",
+            self.output()
+        );
     }
 }
 
-/// A minimal HTTP/1.1 request to `addr` (Connection: close), with extra header lines (each
-/// ending in `\r\n`); returns the status and the body (JSON when it parses).
-pub fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    body: Option<&Json>,
-    headers: &str,
-) -> (u16, Json) {
-    use std::io::{Read, Write};
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut s = std::net::TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/vnd.schemaregistry.v1+json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut resp = Vec::new();
-    s.read_to_end(&mut resp).expect("read response");
-    let text = String::from_utf8(resp).expect("utf-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP response");
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("status");
-    let json = serde_json::from_str(body).unwrap_or(Json::String(body.to_string()));
-    (status, json)
+/// Asserts that the connector's output `out` mentions each of `needles`.
+pub fn assert_mentions(out: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(
+            out.contains(needle),
+            "the error does not mention {needle:?}\n{out}"
+        );
+    }
 }
 
 /// A `cdc registry serve` process on a fixed port (so it can be restarted in place);

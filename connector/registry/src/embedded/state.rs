@@ -225,19 +225,28 @@ impl State {
             .unwrap_or_default()
     }
 
+    /// `subject`'s versions; 40401 if it does not exist (or is soft-deleted and
+    /// `include_deleted` is false).
+    pub(super) fn subject_versions(
+        &self,
+        subject: &str,
+        include_deleted: bool,
+    ) -> Result<&BTreeMap<u32, VersionEntry>, RegistryError> {
+        self.subjects
+            .get(subject)
+            .filter(|vs| include_deleted || vs.values().any(|e| !e.deleted))
+            .ok_or_else(|| RegistryError::SubjectNotFound {
+                subject: subject.to_string(),
+            })
+    }
+
     pub(super) fn find_version(
         &self,
         subject: &str,
         version: VersionRef,
         include_deleted: bool,
     ) -> Result<(u32, &VersionEntry), RegistryError> {
-        let vs = self
-            .subjects
-            .get(subject)
-            .filter(|vs| include_deleted || vs.values().any(|e| !e.deleted))
-            .ok_or_else(|| RegistryError::SubjectNotFound {
-                subject: subject.to_string(),
-            })?;
+        let vs = self.subject_versions(subject, include_deleted)?;
         let found = match version {
             VersionRef::Latest => vs
                 .iter()
