@@ -28,7 +28,7 @@ pub struct PgMetrics {
 }
 
 impl PgMetrics {
-    pub fn register(m: &Metrics, _slot: &str) -> PgMetrics {
+    pub fn register(m: &Metrics) -> PgMetrics {
         PgMetrics {
             retained_wal_bytes: m.gauge(
                 "cdc_pg_slot_retained_wal_bytes",

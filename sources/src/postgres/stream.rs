@@ -100,7 +100,7 @@ pub(super) async fn stream(
     skip_before: Lsn,
     ctx: SourceContext,
 ) -> Result<(), SourceError> {
-    let metrics = PgMetrics::register(&ctx.metrics, &cfg.slot);
+    let metrics = PgMetrics::register(&ctx.metrics);
     let opts = StreamOptions {
         streaming: cfg.streaming,
         messages: true,
