@@ -129,7 +129,7 @@ pub async fn run(config: Config) -> ExitCode {
     };
     match &admin {
         Ok(a) => {
-            tracing::info!(listen = %a.local_addr, "admin server listening (health, readiness, metrics, schema registry)")
+            tracing::info!(listen = %a.local_addr, registry_api = opened.remote_url.is_none(), "admin server listening (health, readiness, metrics; the registry API when the registry is embedded)")
         }
         Err(e) => {
             tracing::warn!(error = %e, "admin server not started; the connector runs without it")
