@@ -14,7 +14,7 @@
 //! part's `validate` passed. Errors are `(key path, message)`, the key path starting with
 //! `source.` or `snapshot.`, so the connector can say where the value came from.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::de::{self, DeserializeOwned, Visitor};
 
@@ -474,12 +474,6 @@ pub struct SourceSpec {
     /// The connector's data directory (`[log] dir`): where a source keeps files of its own
     /// (the Postgres spill) unless configured otherwise.
     pub data_dir: PathBuf,
-}
-
-impl SourceSpec {
-    pub fn data_dir(&self) -> &Path {
-        &self.data_dir
-    }
 }
 
 /// Parses a byte size: a number of bytes, or a number with a unit (`"512MB"`, `"1GB"`,

@@ -66,11 +66,6 @@ impl Durable {
         self.0.changed().await.map_err(|_| PipelineGone)
     }
 
-    /// Marks the current value seen, so [`Durable::changed`] waits for a newer one.
-    pub fn mark_seen(&mut self) {
-        self.0.mark_unchanged();
-    }
-
     /// Waits until `done` holds for the durable checkpoint, or the pipeline is gone.
     pub async fn wait_for(
         &mut self,
@@ -121,7 +116,7 @@ mod tests {
         publisher.publish(at(30));
         waiter.await.unwrap().unwrap();
         drop(publisher);
-        d.mark_seen();
+        d.changed().await.unwrap(); // 30, not yet seen by `d`
         assert_eq!(d.changed().await, Err(PipelineGone));
     }
 }

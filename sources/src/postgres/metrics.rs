@@ -9,15 +9,25 @@
 
 use cdc_schemas::metrics::{Gauge, Metrics};
 
-use std::sync::{Arc, Mutex};
+use cdc_schemas::Lsn;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use super::config::PgSourceConfig;
-use super::source::{definite, SlotStatus, HEARTBEAT_PREFIX};
+use super::source::{definite, HEARTBEAT_PREFIX};
 use super::stream_task::durable_lsn;
 use crate::SourceError;
+
+/// What the slot monitor last saw.
+#[derive(Clone, Debug, Default)]
+pub struct SlotStatus {
+    pub retained_wal_bytes: Option<u64>,
+    pub wal_status: Option<String>,
+    pub confirmed_flush_lsn: Option<Lsn>,
+    /// Above `source.max_retained_wal` at the last poll (the alarm fires once per crossing).
+    pub over_limit: bool,
+}
 
 /// The gauges of one Postgres source.
 #[derive(Clone, Debug)]
@@ -57,7 +67,6 @@ impl PgMetrics {
 /// Heartbeats and slot monitoring, on a connection of their own.
 pub(super) async fn monitor(
     cfg: PgSourceConfig,
-    status: Arc<Mutex<SlotStatus>>,
     metrics: PgMetrics,
     durable: crate::Durable,
     alarm: mpsc::Sender<SourceError>,
@@ -67,6 +76,7 @@ pub(super) async fn monitor(
     let mut mon = tokio::time::interval(cfg.slot_monitor_interval.max(Duration::from_millis(100)));
     hb.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     mon.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut s = SlotStatus::default();
     let mut warned_lost = false;
     loop {
         let heartbeat = tokio::select! {
@@ -124,7 +134,6 @@ pub(super) async fn monitor(
         let confirmed: Option<String> = row.get(2);
         let retained = retained.map(|r| r.max(0) as u64);
         {
-            let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
             s.retained_wal_bytes = retained;
             s.wal_status = wal_status.clone();
             s.confirmed_flush_lsn = confirmed.and_then(|c| c.parse().ok());

@@ -34,6 +34,7 @@ pub mod stream_task;
 
 pub use config::{PgSettings, PgSourceConfig};
 pub use conn::{PgConnectError, PgEndpoint};
+pub use metrics::SlotStatus;
 pub use pgoutput::{DecodeError, PgOutputDecoder, PgOutputMessage};
 pub use relation::{RelationCache, RelationInfo, TypeResolver};
 pub use replication::{
@@ -41,4 +42,4 @@ pub use replication::{
     IdentifySystem, ReplicationConnection, ReplicationError, ReplicationStream, SlotSnapshot,
     StreamOptions,
 };
-pub use source::{PostgresSource, SlotStatus, SnapshotMode};
+pub use source::{PostgresSource, SnapshotMode};

@@ -21,7 +21,6 @@
 //! durable (it reopens the log) and restarts the source from the checkpoint, with backoff.
 //! That keeps this loop free of partial-transaction bookkeeping across reconnects.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cdc_schemas::{Checkpoint, Lsn, PgPosition, SourcePosition};
@@ -44,32 +43,14 @@ pub const HEARTBEAT_PREFIX: &str = "cdc_heartbeat";
 /// Microseconds between 1970-01-01 and 2000-01-01 (Postgres' epoch), in ms.
 pub(super) const PG_EPOCH_MS: i64 = 946_684_800_000;
 
-/// What the slot monitor last saw (exported as metrics by the connector).
-#[derive(Clone, Debug, Default)]
-pub struct SlotStatus {
-    pub retained_wal_bytes: Option<u64>,
-    pub wal_status: Option<String>,
-    pub confirmed_flush_lsn: Option<Lsn>,
-    pub over_limit: bool,
-}
-
 /// The Postgres source.
 pub struct PostgresSource {
     cfg: PgSourceConfig,
-    status: Arc<Mutex<SlotStatus>>,
 }
 
 impl PostgresSource {
     pub fn new(cfg: PgSourceConfig) -> Self {
-        PostgresSource {
-            cfg,
-            status: Arc::default(),
-        }
-    }
-
-    /// The slot monitor's latest readings (shared; updated while the source runs).
-    pub fn slot_status(&self) -> Arc<Mutex<SlotStatus>> {
-        self.status.clone()
+        PostgresSource { cfg }
     }
 
     /// The database this source captures.
@@ -80,7 +61,7 @@ impl PostgresSource {
 
 impl Source for PostgresSource {
     async fn run(self, ctx: SourceContext) -> Result<(), SourceError> {
-        run(self.cfg, self.status, ctx).await
+        run(self.cfg, ctx).await
     }
 }
 
@@ -109,11 +90,7 @@ pub(super) fn pg_position(p: &SourcePosition) -> Option<PgPosition> {
     }
 }
 
-async fn run(
-    cfg: PgSourceConfig,
-    status: Arc<Mutex<SlotStatus>>,
-    mut ctx: SourceContext,
-) -> Result<(), SourceError> {
+async fn run(cfg: PgSourceConfig, mut ctx: SourceContext) -> Result<(), SourceError> {
     let client = cfg
         .endpoint
         .connect()
@@ -264,7 +241,7 @@ async fn run(
             (cp, cp)
         }
     };
-    stream(cfg, status, client, repl, start, skip_before, ctx).await
+    stream(cfg, client, repl, start, skip_before, ctx).await
 }
 
 pub(super) async fn send(

@@ -28,7 +28,7 @@
 //! only at the commit, so memory is bounded whatever the transaction's size.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cdc_schemas::{
@@ -44,7 +44,7 @@ use super::relation::{load_table_catalog, load_types, RelationCache, StaticTypeR
 use super::replication::{quote_ident, ReplicationConnection, ReplicationError, StreamOptions};
 use super::setup::slot_row;
 use super::snapshot::now_ms;
-use super::source::{definite, send, sql_err, SlotStatus, HEARTBEAT_PREFIX, PG_EPOCH_MS};
+use super::source::{definite, send, sql_err, HEARTBEAT_PREFIX, PG_EPOCH_MS};
 use super::spill::{SpillError, SpillReader, SpillStore};
 use super::stream_task::durable_lsn;
 use crate::filter::TableFilter;
@@ -93,7 +93,6 @@ pub(super) struct OpenTx {
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn stream(
     cfg: PgSourceConfig,
-    status: Arc<Mutex<SlotStatus>>,
     client: tokio_postgres::Client,
     repl: ReplicationConnection,
     start: Lsn,
@@ -123,7 +122,6 @@ pub(super) async fn stream(
     let (alarm_tx, mut alarm_rx) = mpsc::channel::<SourceError>(1);
     let monitor = tokio::spawn(monitor(
         cfg.clone(),
-        status,
         metrics.clone(),
         ctx.durable.clone(),
         alarm_tx,
