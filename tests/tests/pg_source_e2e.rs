@@ -174,7 +174,14 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         .unwrap_or(20);
     let pg = PgServer::shared();
     let db = setup_acct(pg, 200).await;
-    let (_dir, mut c) = temp_connector(pg, &db, &["public.acct"], "");
+    let (mut dir, mut c) = temp_connector(pg, &db, &["public.acct"], "");
+    // A failure here is a lost or duplicated change: keep the connector's log and the
+    // embedded log of every attempt for the post-mortem (removed below on success).
+    dir.disable_cleanup(true);
+    eprintln!(
+        "connector dir (kept if this test fails): {}",
+        dir.path().display()
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let w = tokio::spawn(workload(
@@ -200,8 +207,14 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         .await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
-    let n = check_histories(&recs).unwrap_or_else(|e| panic!("{e}"));
+    let n = check_histories(&recs).unwrap_or_else(|e| {
+        panic!(
+            "{e}\nconnector log and embedded log kept in {}",
+            c.dir.display()
+        )
+    });
     drop_slot(pg, &db).await;
+    dir.disable_cleanup(false);
     eprintln!(
         "{kills} SIGKILLs, {} transactions committed, {n} change records checked",
         done.load(Ordering::Relaxed)
