@@ -9,8 +9,9 @@
 //! the slot's `confirmed_flush_lsn`, which can lag behind our durable checkpoint. A
 //! transaction whose commit LSN is below the stored `lsn` (the end of the last durable
 //! commit, or the consistent point) committed at or before the stored one and is skipped.
-//! Non-transactional messages use `lsn = message LSN + 1`, so the same rule skips a
-//! resent one.
+//! Non-transactional messages use `lsn = message LSN`: pgoutput's message LSN is the end
+//! of the message's WAL record, so a transaction committing right after it has exactly
+//! that commit LSN and is not skipped; a resent message (LSN <= the stored one) is.
 //!
 //! # Large transactions
 //!
@@ -213,13 +214,19 @@ pub(super) async fn stream(
                 let Some(open) = tx.as_mut() else {
                     // Non-transactional logical message.
                     if let PgOutputMessage::Message(m) = msg {
+                        // A message's LSN is the *end* of its WAL record (Postgres
+                        // queues it at `buf->endptr`), which is where the next record
+                        // starts: a transaction whose commit record follows it has
+                        // commit_lsn == m.lsn and must not be skipped or confirmed
+                        // away. So the message's position is exactly m.lsn, and the
+                        // message itself was emitted already if m.lsn <= last_emitted.
                         let pos = SourcePosition::Postgres(PgPosition {
                             commit_lsn: m.lsn,
-                            lsn: Lsn(m.lsn.0 + 1),
+                            lsn: m.lsn,
                             tx_id: None,
                             xmin: None,
                         });
-                        if m.lsn < last_emitted {
+                        if m.lsn <= last_emitted {
                             continue;
                         }
                         let mut events = Vec::new();
@@ -234,7 +241,7 @@ pub(super) async fn stream(
                                 now_ms(),
                             ));
                         }
-                        last_emitted = Lsn(m.lsn.0 + 1);
+                        last_emitted = m.lsn;
                         if let Err(e) = send(
                             &ctx.batches,
                             ChangeBatch {
