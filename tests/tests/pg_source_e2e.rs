@@ -582,3 +582,62 @@ async fn message_key_columns_key_a_table_without_a_primary_key() {
         registry_subjects(&c)
     );
 }
+
+/// pgoutput's LSN of a non-transactional message is the *end* of its WAL record, so a
+/// transaction whose commit record directly follows a message has that very LSN as its
+/// commit LSN. Such a transaction was once skipped (and confirmed away) as if it were
+/// before the message. Here a transaction is held open, a message is emitted, and the
+/// transaction commits; the attempt is repeated until its commit LSN equals the message's
+/// (nothing else wrote WAL in between), and every transaction must arrive.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_commit_right_after_a_logical_message_is_not_skipped() {
+    let pg = PgServer::shared();
+    let (db, _dir, mut c) = running_acct(pg, 1, &["public.acct"]).await;
+    let a = pg.superuser_client(&db).await.unwrap();
+    let b = pg.superuser_client(&db).await.unwrap();
+    let mut adjacent = 0;
+    for i in 0..40i64 {
+        a.batch_execute(&format!(
+            "BEGIN; INSERT INTO acct VALUES ({}, 0, 'm')",
+            1000 + i
+        ))
+        .await
+        .unwrap();
+        let msg_lsn: String = b
+            .query_one(
+                "SELECT pg_logical_emit_message(false, 'probe', 'x')::text",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        a.batch_execute("COMMIT").await.unwrap();
+        c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(30))
+            .await;
+        let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
+        let rec = recs
+            .iter()
+            .rev()
+            .find(|r| r.key.as_ref().and_then(|k| k["id"].as_i64()) == Some(1000 + i))
+            .expect("the transaction's record");
+        let commit: u64 = rec.value.as_ref().unwrap()["source"]["sequence"]
+            .as_str()
+            .and_then(|s| serde_json::from_str::<Vec<Option<String>>>(s).ok())
+            .and_then(|v| v[0].clone())
+            .and_then(|s| s.parse().ok())
+            .unwrap();
+        let m: cdc_schemas::Lsn = msg_lsn.parse().unwrap();
+        if commit == m.0 {
+            adjacent += 1;
+            if adjacent >= 3 {
+                break;
+            }
+        }
+    }
+    assert!(
+        adjacent > 0,
+        "no commit record directly followed the message: the case was not exercised"
+    );
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+}
