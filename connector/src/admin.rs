@@ -161,6 +161,20 @@ pub fn render_log_metrics(log: &Log, out: &mut String) {
     );
     metric(
         out,
+        "cdc_log_ledger_slot_fallbacks_total",
+        c,
+        "Opens that found the newest ledger slot damaged and recovered from the older one (the log's error line says what was cut).",
+        s.ledger_slot_fallbacks,
+    );
+    metric(
+        out,
+        "cdc_log_ledger_fallback_cut_records_total",
+        c,
+        "Flushed records cut by such an open, past the older ledger slot's durable ends.",
+        s.ledger_fallback_cut_records,
+    );
+    metric(
+        out,
         "cdc_log_budget_exhausted_total",
         c,
         "Times appends hit the disk budget.",

@@ -218,6 +218,7 @@ fn write_checkpoint(dir: &Path, cp: CleanerCheckpoint) -> Result<()> {
         path: tmp.clone(),
         source: e,
     })?;
+    crate::failpoint::hit("compact.checkpoint_tmp");
     fs::rename(&tmp, &path).map_err(|e| LogError::io("renaming", &tmp, e))?;
     crate::fsutil::sync_dir(dir)
 }
@@ -237,6 +238,11 @@ fn compact_partition(
     tombstone_horizon: i64,
 ) -> Result<(u64, u64)> {
     let _m = lock(&part.maintenance);
+    // `Log::close` waits for this lock after marking the log closed; from here on, the
+    // pass checks between batches and stops (`Err(Closed)`) with every file as a
+    // completed step left it.
+    log.check_not_closed()?;
+    let closed = || log.is_closed();
     let segs: Vec<Closed> = {
         let st = part.lock();
         (0..st.segments.len().saturating_sub(1))
@@ -269,6 +275,9 @@ fn compact_partition(
     for s in &segs[first_dirty..] {
         let mut fits = true;
         for_each_batch(&s.file, s.size, |_, _, recs| {
+            if closed() {
+                return Ok(false);
+            }
             for r in &recs {
                 if let Some(k) = &r.key {
                     if !map.put(k, r.offset) {
@@ -279,6 +288,7 @@ fn compact_partition(
             }
             Ok(true)
         })?;
+        log.check_not_closed()?;
         if !fits {
             break;
         }
@@ -311,6 +321,9 @@ fn compact_partition(
     for s in &segs[..covered] {
         let mut removed = 0u64;
         for_each_batch(&s.file, s.size, |_, _, recs| {
+            if closed() {
+                return Ok(false);
+            }
             for r in &recs {
                 if !keep(r) {
                     removed += 1;
@@ -320,11 +333,16 @@ fn compact_partition(
             }
             Ok(true)
         })?;
+        log.check_not_closed()?;
         if removed == 0 {
             continue;
         }
-        let (size, index) = write_cleaned(&s.file, s.size, &keep, &mut scratch)?;
+        let Some((size, index)) = write_cleaned(&s.file, s.size, &keep, &mut scratch, &closed)?
+        else {
+            return Err(LogError::Closed(log.dir().to_path_buf()));
+        };
         swap_segment(part, &s.file, size, index)?;
+        crate::failpoint::hit("compact.swapped");
         total_removed += removed;
         let freed = s.size.saturating_sub(size);
         reclaimed += freed;
@@ -362,12 +380,15 @@ fn cleaned_path(old: &SegmentFile) -> PathBuf {
 /// Step 1 of the swap: writes the survivors of `file` to `<base>.log.cleaned` one batch at
 /// a time and fsyncs it; returns its size and index. A filtered batch keeps its base offset
 /// and `lastOffsetDelta`; emptied batches are dropped except the segment's last one.
+/// `None` when `stop` turned true between two batches: the `.cleaned` file is removed
+/// again and the segment stays as it was.
 fn write_cleaned(
     file: &SegmentFile,
     size: u64,
     keep: &dyn Fn(&Record) -> bool,
     scratch: &mut Vec<u8>,
-) -> Result<(u64, SegmentIndex)> {
+    stop: &dyn Fn() -> bool,
+) -> Result<Option<(u64, SegmentIndex)>> {
     let path = cleaned_path(file);
     let f = fs::OpenOptions::new()
         .write(true)
@@ -398,9 +419,19 @@ fn write_cleaned(
         out.write_all(bytes)
             .map_err(|e| LogError::io("writing", &path, e))?;
         *written += bytes.len() as u64;
+        if crate::failpoint::is_armed("compact.cleaned_partial") {
+            // The crash must find part of the file written, not only in this buffer.
+            let _ = out.flush();
+            crate::failpoint::hit("compact.cleaned_partial");
+        }
         Ok(())
     };
+    let mut stopped = false;
     for_each_batch(file, size, |h, slice, recs| {
+        if stop() {
+            stopped = true;
+            return Ok(false);
+        }
         let kept: Vec<&Record> = recs.iter().filter(|r| keep(r)).collect();
         let bytes: &[u8] = if kept.len() == recs.len() {
             slice
@@ -428,6 +459,11 @@ fn write_cleaned(
         put(bytes, &mut out, &mut index, &mut written)?;
         Ok(true)
     })?;
+    if stopped {
+        drop(out);
+        remove_cleaned(&path)?;
+        return Ok(None);
+    }
     if let Some(last) = pending_empty.take() {
         put(&last, &mut out, &mut index, &mut written)?;
     }
@@ -439,7 +475,16 @@ fn write_cleaned(
         source: e,
     })?;
     index.seal();
-    Ok((written, index))
+    crate::failpoint::hit("compact.cleaned_written");
+    Ok(Some((written, index)))
+}
+
+fn remove_cleaned(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LogError::io("removing", path, e)),
+    }
 }
 
 /// Steps 2-5 of the swap (module docs): the cleaned file (`size` bytes, fsynced) replaces
@@ -458,10 +503,13 @@ fn swap_segment(
             Err(e) => return Err(LogError::io("removing", &p, e)),
         }
     }
+    crate::failpoint::hit("compact.index_removed");
     fs::rename(&cleaned, &old.path)
         .map_err(|e| LogError::io("renaming cleaned segment over", &old.path, e))?;
+    crate::failpoint::hit("compact.renamed");
     let new_file = SegmentFile::open(old.path.clone(), old.base_offset)?;
     write_index_files(&new_file, &index)?;
+    crate::failpoint::hit("compact.index_written");
     crate::fsutil::sync_dir(&part.dir)?;
     let mut st = part.lock();
     if let Some(seg) = st.segments.iter_mut().find(|s| Arc::ptr_eq(&s.file, old)) {

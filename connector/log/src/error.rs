@@ -92,6 +92,20 @@ pub enum LogError {
         found_end: u64,
         detail: String,
     },
+    /// A topic directory without its `topic.conf` holds partitions the ledger records as
+    /// durable (the file was lost or removed by hand, not a creation interrupted by a
+    /// crash): the log refuses to open rather than delete them.
+    #[error("topic {topic:?}: {} is missing, but the ledger records durable records in {durable} of {}; the log refuses to open rather than delete them. To keep them, put topic.conf back: restore it from a backup, or copy the topic.conf of another topic created with the same settings (it must say partitions={partitions}). To give them up instead, move {} out of the log directory and open the log once with LogOptions::accept_damaged_tail, which then removes the topic from the ledger", file.display(), topic_dir.display(), topic_dir.display())]
+    TopicConfigMissing {
+        topic: String,
+        /// The missing `topic.conf`.
+        file: PathBuf,
+        topic_dir: PathBuf,
+        /// The partitions the ledger holds durable records of, with their offset ranges.
+        durable: String,
+        /// How many partitions the topic had (its partition directories and the ledger).
+        partitions: u32,
+    },
     /// A small metadata file (ledger, group offsets, topic config, index) is unreadable.
     #[error("corrupt {what} file {file}: {reason}; {advice}")]
     CorruptFile {

@@ -77,6 +77,7 @@
 pub mod batch;
 mod compaction;
 pub mod error;
+mod failpoint;
 mod fsutil;
 mod groups;
 mod index;
