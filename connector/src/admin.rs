@@ -454,6 +454,47 @@ mod tests {
     }
 
     #[test]
+    fn log_metrics_include_the_ledger_slot_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = Log::open(dir.path(), cdc_log::LogOptions::default()).unwrap();
+            let t = log
+                .create_topic("t", cdc_log::TopicConfig::default())
+                .unwrap();
+            t.append(0, &[cdc_log::NewRecord::new(Some(b"k"), Some(b"v"), 0)])
+                .unwrap();
+            log.flush(Some(b"a")).unwrap();
+            t.append(0, &[cdc_log::NewRecord::new(Some(b"k"), Some(b"w"), 1)])
+                .unwrap();
+            log.flush(Some(b"b")).unwrap();
+            log.close().unwrap();
+        }
+        // Damage the newest of the ledger's two slots (format: `connector/log/src/ledger.rs`).
+        let path = dir.path().join("ledger");
+        let mut buf = std::fs::read(&path).unwrap();
+        let slot = u32::from_be_bytes(buf[8..12].try_into().unwrap()) as usize;
+        let seq = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().unwrap());
+        let newest = if seq(4096) > seq(4096 + slot) {
+            4096
+        } else {
+            4096 + slot
+        };
+        buf[newest + 20] ^= 1;
+        std::fs::write(&path, &buf).unwrap();
+        let log = Log::open(dir.path(), cdc_log::LogOptions::default()).unwrap();
+        let mut out = String::new();
+        render_log_metrics(&log, &mut out);
+        assert!(
+            out.contains("\ncdc_log_ledger_slot_fallbacks_total 1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("\ncdc_log_ledger_fallback_cut_records_total 1\n"),
+            "{out}"
+        );
+    }
+
+    #[test]
     fn basic_auth_lines() {
         let a = BasicAuth::from_lines("# users\nalice:secret\n\n").unwrap();
         assert!(a.allows(Some(&HeaderValue::from_static("Basic YWxpY2U6c2VjcmV0"))));

@@ -12,16 +12,30 @@
 //! batch, which stays as an empty batch so the segment still ends at the next segment's
 //! base offset (the invariant recovery checks).
 //!
-//! Swap protocol per segment (crash-safe at every step):
-//! 1. write `<base>.log.cleaned`, fsync it;
-//! 2. delete the old `.index` / `.timeindex` (a crash now leaves the old log without
-//!    index files, rebuilt on open);
-//! 3. rename `.log.cleaned` over `.log` (atomic: a crash leaves the old or new log, both
-//!    valid, holding the same surviving records' offsets);
-//! 4. write + fsync the new index files; fsync the directory;
-//! 5. under the partition lock, swap the segment's metadata and bump the epoch.
+//! Swap protocol per segment (crash-safe at every step; the crash point after each,
+//! `failpoint.rs`, in brackets; `tests/compaction_crash.rs` crashes at every one):
+//! 1. write `<base>.log.cleaned` [`compact.cleaned_partial` after its first batch reached
+//!    the file], fsync it [`compact.cleaned_written`] (a crash leaves a `.cleaned` file,
+//!    which the next open deletes: the old segment is untouched);
+//! 2. delete the old `.index` / `.timeindex` [`compact.index_removed`] (a crash now
+//!    leaves the old log without index files, rebuilt on open);
+//! 3. rename `.log.cleaned` over `.log` [`compact.renamed`] (atomic: a crash leaves the
+//!    old or new log, both valid, holding the same surviving records' offsets);
+//! 4. write + fsync the new index files [`compact.index_written`]; fsync the directory;
+//! 5. under the partition lock, swap the segment's metadata and bump the epoch
+//!    [`compact.swapped`].
+//!
+//! After the last segment, the cleaner checkpoint is replaced (temp file + fsync
+//! [`compact.checkpoint_tmp`] + rename + directory fsync; a leftover temp is deleted on
+//! open). A crash before that leaves the old checkpoint: the next run cleans the swapped
+//! segments again, which changes nothing (they are already clean).
 //!
 //! Readers holding the old file keep reading its (unlinked) inode consistently.
+//!
+//! Stopping: a pass checks between batches whether the log is closing (`Log::close`,
+//! which waits for the partition's maintenance lock). It then returns `Closed` at once:
+//! in step 1 the `.cleaned` file is removed again; steps 2-5 are never interrupted (they
+//! are short), and the checkpoint is not moved, as after a crash before it.
 //!
 //! Bounded work and memory, as Kafka's cleaner: a partition's closed segments are a
 //! *clean* section (below the cleaner checkpoint: each key appears there at most once,

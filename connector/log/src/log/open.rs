@@ -133,6 +133,21 @@ pub(super) fn open_topic(
     })))
 }
 
+/// Whether a topic directory holds a non-empty segment file (`<partition>/<base>.log`).
+fn holds_records(tdir: &Path) -> bool {
+    let Ok(parts) = fs::read_dir(tdir) else {
+        return false;
+    };
+    parts.filter_map(|p| p.ok()).any(|p| {
+        fs::read_dir(p.path()).is_ok_and(|files| {
+            files.filter_map(|f| f.ok()).any(|f| {
+                f.file_name().to_string_lossy().ends_with(".log")
+                    && f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0)
+            })
+        })
+    })
+}
+
 /// A checkpoint for a log line: the text if it is short printable UTF-8, else hex.
 fn printable(c: Option<&[u8]>) -> String {
     let Some(c) = c else {
@@ -247,10 +262,14 @@ impl Log {
                 }
             }
             None => {
-                if topic_names
-                    .iter()
-                    .any(|t| td.join(t).join(crate::topic_config::FILE_NAME).exists())
-                {
+                // The ledger is created by the first open, before any topic: topics (or a
+                // topic directory holding records, topic.conf or not) without it mean it
+                // was lost, and open must not treat their directories as interrupted
+                // creations.
+                if topic_names.iter().any(|t| {
+                    td.join(t).join(crate::topic_config::FILE_NAME).exists()
+                        || holds_records(&td.join(t))
+                }) {
                     return Err(LogError::corrupt_file(
                         "ledger",
                         dir.join(crate::ledger::FILE_NAME),
