@@ -214,7 +214,6 @@ pub(super) fn refuse_if_durable(tdir: &Path, name: &str, ledger: &LedgerState) -
     let err = LogError::TopicConfigMissing {
         topic: name.to_string(),
         file: tdir.join(crate::topic_config::FILE_NAME),
-        topic_dir: tdir.to_path_buf(),
         durable: durable.join(", "),
         partitions: in_ledger.max(in_dirs),
     };
