@@ -33,7 +33,8 @@
 //! Readers holding the old file keep reading its (unlinked) inode consistently.
 //!
 //! Stopping: a pass checks between batches whether the log is closing (`Log::close`,
-//! which waits for the partition's maintenance lock). It then returns `Closed` at once:
+//! which waits for the partition's maintenance lock) or, on the maintenance thread,
+//! whether every handle of the log was dropped. It then returns `Closed` at once:
 //! in step 1 the `.cleaned` file is removed again; steps 2-5 are never interrupted (they
 //! are short), and the checkpoint is not moved, as after a crash before it.
 //!
@@ -256,7 +257,13 @@ fn compact_partition(
     // pass checks between batches and stops (`Err(Closed)`) with every file as a
     // completed step left it.
     log.check_not_closed()?;
-    let closed = || log.is_closed();
+    let closed = || log.should_stop();
+    let stop_here = || -> Result<()> {
+        if closed() {
+            return Err(LogError::Closed(log.dir().to_path_buf()));
+        }
+        Ok(())
+    };
     let segs: Vec<Closed> = {
         let st = part.lock();
         (0..st.segments.len().saturating_sub(1))
@@ -302,7 +309,7 @@ fn compact_partition(
             }
             Ok(true)
         })?;
-        log.check_not_closed()?;
+        stop_here()?;
         if !fits {
             break;
         }
@@ -347,7 +354,7 @@ fn compact_partition(
             }
             Ok(true)
         })?;
-        log.check_not_closed()?;
+        stop_here()?;
         if removed == 0 {
             continue;
         }

@@ -154,6 +154,8 @@ impl HasNotifier for BudgetSignal {
 }
 
 pub(crate) struct LogInner {
+    /// The handles given out (`Log::user`): none left means the log was dropped.
+    users: std::sync::Weak<UserHandle>,
     pub dir: PathBuf,
     pub options: LogOptions,
     pub topics: RwLock<BTreeMap<String, Arc<TopicInner>>>,
@@ -218,7 +220,13 @@ impl Drop for LogInner {
 #[derive(Clone)]
 pub struct Log {
     pub(crate) inner: Arc<LogInner>,
+    /// Shared by every handle the API gave out (clones included); `None` in the handle a
+    /// background thread holds while it works (see `should_stop`).
+    pub(crate) user: Option<Arc<UserHandle>>,
 }
+
+/// The token of the handles given out (`Log::user`); `LogInner::users` counts them.
+pub(crate) struct UserHandle;
 
 /// A topic handle, for appending. Cheap to clone.
 #[derive(Clone)]
@@ -305,6 +313,14 @@ impl Log {
     /// batches and stops, leaving the files as they were before the unfinished step.
     pub(crate) fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Long work (a compaction pass) stops between batches when this turns true: the log
+    /// is closing, or this is a background thread's handle and the last other handle is
+    /// gone (the log was dropped without `close`: the pass stops, the thread lets go, and
+    /// the directory lock is released without waiting for the whole pass).
+    pub(crate) fn should_stop(&self) -> bool {
+        self.is_closed() || (self.user.is_none() && self.inner.users.strong_count() == 0)
     }
 
     /// `Err(Closed)` once [`Log::close`] has started (see `is_closed`).

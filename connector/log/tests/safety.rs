@@ -6,7 +6,7 @@
 //! - `Log::close` in the middle of a long compaction (called on another thread, or run by
 //!   the maintenance thread) stops it: nothing writes into the directory after `close`
 //!   returns, and a reopen reads everything, in order; dropping the log without `close`
-//!   releases the lock only after its threads stopped writing;
+//!   stops the pass too, and releases the lock only after its threads stopped writing;
 //! - consumer groups with reset policy `latest` start at the end.
 
 mod common;
@@ -572,7 +572,7 @@ fn close_in_the_middle_of_a_maintenance_thread_compaction() {
 }
 
 #[test]
-fn drop_without_close_keeps_the_lock_until_the_pass_stopped_writing() {
+fn drop_without_close_stops_the_pass_and_keeps_the_lock_until_then() {
     let dir = tempfile::tempdir().unwrap();
     let n = 4_000;
     let pdir = dir.path().join("topics/t/0");
@@ -607,6 +607,11 @@ fn drop_without_close_keeps_the_lock_until_the_pass_stopped_writing() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(at_open, snapshot(dir.path()), "a dropped log still writes");
     no_cleaned_files(&pdir);
+    // The pass stopped when the last handle went, it did not run to its end.
+    assert!(
+        read_all(&reopened, "t", 0).len() > full.len(),
+        "the dropped log's compaction ran to its end"
+    );
     drop(reopened);
     check_after_interruption(dir.path(), n, &full);
 }

@@ -176,7 +176,7 @@ pub(super) fn spawn_flusher(
             if !due {
                 continue;
             }
-            let log = Log { inner };
+            let log = Log { inner, user: None };
             if let Err(e) = log.flush(None) {
                 if matches!(e, LogError::Closed(_)) {
                     return;

@@ -36,8 +36,9 @@ impl Log {
     /// while other handles of this log, readers say, are still alive: they keep reading).
     /// Appends not flushed yet are discarded, as a crash would discard them.
     /// Dropping the log without `close` leaves the files as a crash does (recovery cuts
-    /// and reports the stale tails); its threads are joined and its lock released when
-    /// the last handle goes. After a failed flush (the log is poisoned) nothing is cut:
+    /// and reports the stale tails); when the last handle goes, a compaction pass under
+    /// way stops between two batches, the threads are joined and the lock is released
+    /// after them. After a failed flush (the log is poisoned) nothing is cut:
     /// its ledger write may have reached the disk, and only recovery can tell. A second
     /// `close` does nothing.
     pub fn close(&self) -> Result<()> {

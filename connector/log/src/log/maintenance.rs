@@ -103,7 +103,7 @@ pub(super) fn spawn_maintenance(
                 }
             }
             let Some(inner) = weak.upgrade() else { return };
-            let log = Log { inner };
+            let log = Log { inner, user: None };
             match log.run_maintenance() {
                 Ok(_) => {}
                 // A clean stop (`Log::close`): nothing more to maintain.

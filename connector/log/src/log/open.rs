@@ -369,7 +369,10 @@ impl Log {
         } else {
             None
         };
+        // Every handle given out shares `user`; the background threads' handles do not.
+        let user = Arc::new(super::UserHandle);
         let inner = Arc::new(LogInner {
+            users: Arc::downgrade(&user),
             watcher,
             dir,
             dir_lock: Mutex::new(lock_),
@@ -413,7 +416,10 @@ impl Log {
             }
             *crate::partition::lock(&inner.threads) = threads;
         }
-        Ok(Log { inner })
+        Ok(Log {
+            inner,
+            user: Some(user),
+        })
     }
 
     /// Opens an existing log for reading only, from any process, also while a writer
