@@ -29,7 +29,9 @@
 //! lost) or damaged after it completed (the records and checkpoint it made durable are
 //! lost). The last case cannot be told from the first, so the loader reports it
 //! ([`SlotFallback`], with the damaged slot decoded without its checksum when it still
-//! parses) and `Log::open` logs it at error level, counts it and says what recovery cut.
+//! parses) and a writer's `Log::open` logs it at error level, counts it, says what
+//! recovery cut and writes the state it used over the damaged slot. A read-only open
+//! only notes it at debug level: it may have raced the live writer's slot write.
 //!
 //! When the state outgrows a slot (many partitions, a large checkpoint), the whole file
 //! is rebuilt with a slot twice the needed size, atomically (temp file + fsync + rename +

@@ -283,6 +283,15 @@ fn damaged_newest_ledger_slot_is_a_loud_event_with_the_truth() {
     buf[slots[newest].0 + 12 + 5 + 3] ^= 0x01;
     fs::write(&path, &buf).unwrap();
 
+    // A read-only open (`cdc log` beside a live writer, whose in-place slot write it may
+    // race) uses the older slot quietly and changes nothing.
+    let (ro, events) = capture(|| Log::open_read_only(dir.path()).unwrap());
+    assert_eq!(ro.checkpoint().as_deref(), Some(&b"first"[..]));
+    assert_eq!(ro.metrics().ledger_slot_fallbacks, 0);
+    assert!(!events.iter().any(|e| e.level == tracing::Level::ERROR));
+    drop(ro);
+    assert_eq!(fs::read(&path).unwrap(), buf);
+
     let (log, events) = capture(|| open(dir.path()));
     // The state is the older slot's: checkpoint "first", 40 records, gapless.
     assert_eq!(log.checkpoint().as_deref(), Some(&b"first"[..]));

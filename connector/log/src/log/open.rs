@@ -161,7 +161,7 @@ fn printable(c: Option<&[u8]>) -> String {
 }
 
 /// The error-level line of a ledger that fell back to its older slot (`ledger.rs`).
-fn report_fallback(dir: &Path, f: &SlotFallback, used: &LedgerState, read_only: bool) {
+fn report_fallback(dir: &Path, f: &SlotFallback, used: &LedgerState) {
     let lost_checkpoint = f
         .unverified
         .as_ref()
@@ -175,7 +175,6 @@ fn report_fallback(dir: &Path, f: &SlotFallback, used: &LedgerState, read_only: 
         used_sequence = f.used_sequence,
         resume_checkpoint = %printable(used.checkpoint.as_deref()),
         damaged_slot_checkpoint = ?lost_checkpoint,
-        read_only,
         "the newest ledger slot is damaged: the log falls back to the older slot and its checkpoint (resume_checkpoint). Either the process died while writing it (that flush never returned: nothing acknowledged is lost) or it was damaged after it was written (what that flush made durable is lost; damaged_slot_checkpoint is what it most likely said, unverified). Recovery now cuts every record past the older slot's durable ends"
     );
 }
@@ -243,7 +242,14 @@ impl Log {
         let mut slot_fallback = None;
         let mut ledger = match LedgerState::load_checked(&dir)? {
             Some((l, format, fallback)) => {
-                slot_fallback = fallback;
+                match fallback {
+                    // A reader racing the writer's in-place slot write sees a torn slot:
+                    // normal, and the live writer's own open would have said more.
+                    Some(f) if read_only => {
+                        tracing::debug!(dir = %dir.display(), reason = %f.reason, "read-only open: the newest ledger slot did not verify (a write in progress?); using the older one");
+                    }
+                    f => slot_fallback = f,
+                }
                 if !read_only {
                     let mut l = l;
                     ledger_file = Some(match format {
@@ -283,7 +289,7 @@ impl Log {
         };
         let metrics = Metrics::default();
         if let Some(f) = &slot_fallback {
-            report_fallback(&dir, f, &ledger, read_only);
+            report_fallback(&dir, f, &ledger);
             Metrics::add(&metrics.ledger_slot_fallbacks, 1);
         }
         let mut topics = BTreeMap::new();
@@ -344,7 +350,7 @@ impl Log {
         if slot_fallback.is_some() {
             // Write the state used over the damaged slot, so the next open does not report
             // the same fallback again.
-            ledger_changed |= !read_only;
+            ledger_changed = true;
             let cut = metrics.ledger_fallback_cut_records.load(Ordering::Relaxed);
             tracing::error!(
                 dir = %dir.display(),
