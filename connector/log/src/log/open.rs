@@ -287,6 +287,15 @@ impl Log {
                 l
             }
         };
+        // Before recovery changes anything: a durable topic without its config is refused.
+        if !read_only {
+            for name in &topic_names {
+                let tdir = td.join(name);
+                if !tdir.join(crate::topic_config::FILE_NAME).exists() {
+                    refuse_if_durable(&tdir, name, &ledger)?;
+                }
+            }
+        }
         let metrics = Metrics::default();
         if let Some(f) = &slot_fallback {
             report_fallback(&dir, f, &ledger);
