@@ -161,6 +161,20 @@ pub fn render_log_metrics(log: &Log, out: &mut String) {
     );
     metric(
         out,
+        "cdc_log_ledger_slot_fallbacks_total",
+        c,
+        "Opens that found the newest ledger slot damaged and recovered from the older one (the log's error line says what was cut).",
+        s.ledger_slot_fallbacks,
+    );
+    metric(
+        out,
+        "cdc_log_ledger_fallback_cut_records_total",
+        c,
+        "Flushed records cut by such an open, past the older ledger slot's durable ends.",
+        s.ledger_fallback_cut_records,
+    );
+    metric(
+        out,
         "cdc_log_budget_exhausted_total",
         c,
         "Times appends hit the disk budget.",
@@ -436,6 +450,47 @@ mod tests {
             "# HELP cdc_lag Lag.\n# TYPE cdc_lag gauge\ncdc_lag 7\n\
              # HELP cdc_records_total Records.\n# TYPE cdc_records_total counter\n\
              cdc_records_total{table=\"a\"} 3\ncdc_records_total{table=\"b\"} 1\nx 1\n"
+        );
+    }
+
+    #[test]
+    fn log_metrics_include_the_ledger_slot_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let log = Log::open(dir.path(), cdc_log::LogOptions::default()).unwrap();
+            let t = log
+                .create_topic("t", cdc_log::TopicConfig::default())
+                .unwrap();
+            t.append(0, &[cdc_log::NewRecord::new(Some(b"k"), Some(b"v"), 0)])
+                .unwrap();
+            log.flush(Some(b"a")).unwrap();
+            t.append(0, &[cdc_log::NewRecord::new(Some(b"k"), Some(b"w"), 1)])
+                .unwrap();
+            log.flush(Some(b"b")).unwrap();
+            log.close().unwrap();
+        }
+        // Damage the newest of the ledger's two slots (format: `connector/log/src/ledger.rs`).
+        let path = dir.path().join("ledger");
+        let mut buf = std::fs::read(&path).unwrap();
+        let slot = u32::from_be_bytes(buf[8..12].try_into().unwrap()) as usize;
+        let seq = |at: usize| u64::from_be_bytes(buf[at..at + 8].try_into().unwrap());
+        let newest = if seq(4096) > seq(4096 + slot) {
+            4096
+        } else {
+            4096 + slot
+        };
+        buf[newest + 20] ^= 1;
+        std::fs::write(&path, &buf).unwrap();
+        let log = Log::open(dir.path(), cdc_log::LogOptions::default()).unwrap();
+        let mut out = String::new();
+        render_log_metrics(&log, &mut out);
+        assert!(
+            out.contains("\ncdc_log_ledger_slot_fallbacks_total 1\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("\ncdc_log_ledger_fallback_cut_records_total 1\n"),
+            "{out}"
         );
     }
 

@@ -249,6 +249,9 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
                 // As the running connector's maintenance would: roll, retention, compaction.
                 log.run_maintenance()?;
             }
+            // A clean stop: nothing stale left for the next open to cut (see `Log::close`);
+            // after it the log takes no more writes, maintenance included.
+            log.close()?;
             Ok(())
         }
         LogCommand::ResetGroup {
@@ -553,8 +556,6 @@ fn produce(
         }
     }
     append(&mut pending)?;
-    // A clean stop: nothing stale left for the next open to cut (see `Log::close`).
-    log.close()?;
     println!("appended {total} records to {topic}");
     Ok(())
 }

@@ -12,16 +12,31 @@
 //! batch, which stays as an empty batch so the segment still ends at the next segment's
 //! base offset (the invariant recovery checks).
 //!
-//! Swap protocol per segment (crash-safe at every step):
-//! 1. write `<base>.log.cleaned`, fsync it;
-//! 2. delete the old `.index` / `.timeindex` (a crash now leaves the old log without
-//!    index files, rebuilt on open);
-//! 3. rename `.log.cleaned` over `.log` (atomic: a crash leaves the old or new log, both
-//!    valid, holding the same surviving records' offsets);
-//! 4. write + fsync the new index files; fsync the directory;
-//! 5. under the partition lock, swap the segment's metadata and bump the epoch.
+//! Swap protocol per segment (crash-safe at every step; the crash point after each,
+//! `failpoint.rs`, in brackets; `tests/compaction_crash.rs` crashes at every one):
+//! 1. write `<base>.log.cleaned` [`compact.cleaned_partial` after its first batch reached
+//!    the file], fsync it [`compact.cleaned_written`] (a crash leaves a `.cleaned` file,
+//!    which the next open deletes: the old segment is untouched);
+//! 2. delete the old `.index` / `.timeindex` [`compact.index_removed`] (a crash now
+//!    leaves the old log without index files, rebuilt on open);
+//! 3. rename `.log.cleaned` over `.log` [`compact.renamed`] (atomic: a crash leaves the
+//!    old or new log, both valid, holding the same surviving records' offsets);
+//! 4. write + fsync the new index files [`compact.index_written`]; fsync the directory;
+//! 5. under the partition lock, swap the segment's metadata and bump the epoch
+//!    [`compact.swapped`].
+//!
+//! After the last segment, the cleaner checkpoint is replaced (temp file + fsync
+//! [`compact.checkpoint_tmp`] + rename + directory fsync; a leftover temp is deleted on
+//! open). A crash before that leaves the old checkpoint: the next run cleans the swapped
+//! segments again, which changes nothing (they are already clean).
 //!
 //! Readers holding the old file keep reading its (unlinked) inode consistently.
+//!
+//! Stopping: a pass checks between batches whether the log is closing (`Log::close`,
+//! which waits for the partition's maintenance lock) or, on the maintenance thread,
+//! whether every handle of the log was dropped. It then returns `Closed` at once:
+//! in step 1 the `.cleaned` file is removed again; steps 2-5 are never interrupted (they
+//! are short), and the checkpoint is not moved, as after a crash before it.
 //!
 //! Bounded work and memory, as Kafka's cleaner: a partition's closed segments are a
 //! *clean* section (below the cleaner checkpoint: each key appears there at most once,
@@ -218,6 +233,7 @@ fn write_checkpoint(dir: &Path, cp: CleanerCheckpoint) -> Result<()> {
         path: tmp.clone(),
         source: e,
     })?;
+    crate::failpoint::hit("compact.checkpoint_tmp");
     fs::rename(&tmp, &path).map_err(|e| LogError::io("renaming", &tmp, e))?;
     crate::fsutil::sync_dir(dir)
 }
@@ -237,6 +253,17 @@ fn compact_partition(
     tombstone_horizon: i64,
 ) -> Result<(u64, u64)> {
     let _m = lock(&part.maintenance);
+    // `Log::close` waits for this lock after marking the log closed; from here on, the
+    // pass checks between batches and stops (`Err(Closed)`) with every file as a
+    // completed step left it.
+    log.check_not_closed()?;
+    let closed = || log.should_stop();
+    let stop_here = || -> Result<()> {
+        if closed() {
+            return Err(LogError::Closed(log.dir().to_path_buf()));
+        }
+        Ok(())
+    };
     let segs: Vec<Closed> = {
         let st = part.lock();
         (0..st.segments.len().saturating_sub(1))
@@ -269,6 +296,9 @@ fn compact_partition(
     for s in &segs[first_dirty..] {
         let mut fits = true;
         for_each_batch(&s.file, s.size, |_, _, recs| {
+            if closed() {
+                return Ok(false);
+            }
             for r in &recs {
                 if let Some(k) = &r.key {
                     if !map.put(k, r.offset) {
@@ -279,6 +309,7 @@ fn compact_partition(
             }
             Ok(true)
         })?;
+        stop_here()?;
         if !fits {
             break;
         }
@@ -311,6 +342,9 @@ fn compact_partition(
     for s in &segs[..covered] {
         let mut removed = 0u64;
         for_each_batch(&s.file, s.size, |_, _, recs| {
+            if closed() {
+                return Ok(false);
+            }
             for r in &recs {
                 if !keep(r) {
                     removed += 1;
@@ -320,11 +354,16 @@ fn compact_partition(
             }
             Ok(true)
         })?;
+        stop_here()?;
         if removed == 0 {
             continue;
         }
-        let (size, index) = write_cleaned(&s.file, s.size, &keep, &mut scratch)?;
+        let Some((size, index)) = write_cleaned(&s.file, s.size, &keep, &mut scratch, &closed)?
+        else {
+            return Err(LogError::Closed(log.dir().to_path_buf()));
+        };
         swap_segment(part, &s.file, size, index)?;
+        crate::failpoint::hit("compact.swapped");
         total_removed += removed;
         let freed = s.size.saturating_sub(size);
         reclaimed += freed;
@@ -362,12 +401,15 @@ fn cleaned_path(old: &SegmentFile) -> PathBuf {
 /// Step 1 of the swap: writes the survivors of `file` to `<base>.log.cleaned` one batch at
 /// a time and fsyncs it; returns its size and index. A filtered batch keeps its base offset
 /// and `lastOffsetDelta`; emptied batches are dropped except the segment's last one.
+/// `None` when `stop` turned true between two batches: the `.cleaned` file is removed
+/// again and the segment stays as it was.
 fn write_cleaned(
     file: &SegmentFile,
     size: u64,
     keep: &dyn Fn(&Record) -> bool,
     scratch: &mut Vec<u8>,
-) -> Result<(u64, SegmentIndex)> {
+    stop: &dyn Fn() -> bool,
+) -> Result<Option<(u64, SegmentIndex)>> {
     let path = cleaned_path(file);
     let f = fs::OpenOptions::new()
         .write(true)
@@ -398,9 +440,19 @@ fn write_cleaned(
         out.write_all(bytes)
             .map_err(|e| LogError::io("writing", &path, e))?;
         *written += bytes.len() as u64;
+        if crate::failpoint::is_armed("compact.cleaned_partial") {
+            // The crash must find part of the file written, not only in this buffer.
+            let _ = out.flush();
+            crate::failpoint::hit("compact.cleaned_partial");
+        }
         Ok(())
     };
+    let mut stopped = false;
     for_each_batch(file, size, |h, slice, recs| {
+        if stop() {
+            stopped = true;
+            return Ok(false);
+        }
         let kept: Vec<&Record> = recs.iter().filter(|r| keep(r)).collect();
         let bytes: &[u8] = if kept.len() == recs.len() {
             slice
@@ -428,6 +480,11 @@ fn write_cleaned(
         put(bytes, &mut out, &mut index, &mut written)?;
         Ok(true)
     })?;
+    if stopped {
+        drop(out);
+        remove_cleaned(&path)?;
+        return Ok(None);
+    }
     if let Some(last) = pending_empty.take() {
         put(&last, &mut out, &mut index, &mut written)?;
     }
@@ -439,7 +496,16 @@ fn write_cleaned(
         source: e,
     })?;
     index.seal();
-    Ok((written, index))
+    crate::failpoint::hit("compact.cleaned_written");
+    Ok(Some((written, index)))
+}
+
+fn remove_cleaned(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(LogError::io("removing", path, e)),
+    }
 }
 
 /// Steps 2-5 of the swap (module docs): the cleaned file (`size` bytes, fsynced) replaces
@@ -458,10 +524,13 @@ fn swap_segment(
             Err(e) => return Err(LogError::io("removing", &p, e)),
         }
     }
+    crate::failpoint::hit("compact.index_removed");
     fs::rename(&cleaned, &old.path)
         .map_err(|e| LogError::io("renaming cleaned segment over", &old.path, e))?;
+    crate::failpoint::hit("compact.renamed");
     let new_file = SegmentFile::open(old.path.clone(), old.base_offset)?;
     write_index_files(&new_file, &index)?;
+    crate::failpoint::hit("compact.index_written");
     crate::fsutil::sync_dir(&part.dir)?;
     let mut st = part.lock();
     if let Some(seg) = st.segments.iter_mut().find(|s| Arc::ptr_eq(&s.file, old)) {

@@ -92,6 +92,19 @@ pub enum LogError {
         found_end: u64,
         detail: String,
     },
+    /// A topic directory without its `topic.conf` holds partitions the ledger records as
+    /// durable (the file was lost or removed by hand, not a creation interrupted by a
+    /// crash): the log refuses to open rather than delete them.
+    #[error("topic {topic:?}: {} is missing, but the ledger records durable records in {durable} of {}; the log refuses to open rather than delete them. To keep them, put topic.conf back: restore it from a backup, or copy the topic.conf of another topic created with the same settings (it must say partitions={partitions}). To give them up instead, move {} out of the log directory and open the log once with LogOptions::accept_damaged_tail, which then removes the topic from the ledger", file.display(), topic_dir(file).display(), topic_dir(file).display())]
+    TopicConfigMissing {
+        topic: String,
+        /// The missing `topic.conf` (in the topic's directory).
+        file: PathBuf,
+        /// The partitions the ledger holds durable records of, with their offset ranges.
+        durable: String,
+        /// How many partitions the topic had (its partition directories and the ledger).
+        partitions: u32,
+    },
     /// A small metadata file (ledger, group offsets, topic config, index) is unreadable.
     #[error("corrupt {what} file {file}: {reason}; {advice}")]
     CorruptFile {
@@ -147,6 +160,11 @@ pub enum LogError {
     /// A batch uses a codec this build was compiled without.
     #[error("compression codec {0} is not supported by this build; enable the cargo feature (zstd, lz4) of cdc-log")]
     UnsupportedCodec(&'static str),
+}
+
+/// The directory of a topic's `topic.conf`.
+fn topic_dir(file: &std::path::Path) -> &std::path::Path {
+    file.parent().unwrap_or(file)
 }
 
 impl LogError {

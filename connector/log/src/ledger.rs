@@ -22,6 +22,17 @@
 //! starts, so at most the newest write can be torn. Slots are 4 KiB-aligned and a multiple
 //! of 4 KiB long, so a write of one slot never rewrites a page of the other.
 //!
+//! A damaged slot is one of three things, told apart by the sequence its first 8 bytes
+//! read: 0 = never written (a new file; not an event); one less than the valid slot's =
+//! the older state (the next write replaces it; nothing lost); anything else = the newest
+//! write, torn by a crash during it (its flush never returned: nothing acknowledged is
+//! lost) or damaged after it completed (the records and checkpoint it made durable are
+//! lost). The last case cannot be told from the first, so the loader reports it
+//! ([`SlotFallback`], with the damaged slot decoded without its checksum when it still
+//! parses) and a writer's `Log::open` logs it at error level, counts it, says what
+//! recovery cut and writes the state it used over the damaged slot. A read-only open
+//! only notes it at debug level: it may have raced the live writer's slot write.
+//!
 //! When the state outgrows a slot (many partitions, a large checkpoint), the whole file
 //! is rebuilt with a slot twice the needed size, atomically (temp file + fsync + rename +
 //! directory fsync, `fsutil::write_atomic`); that is rare and also how the file is created.
@@ -92,6 +103,24 @@ pub struct LedgerState {
     pub generation: u64,
     pub checkpoint: Option<Vec<u8>>,
     pub partitions: BTreeMap<(String, u32), PartitionMark>,
+}
+
+/// The newest ledger slot failed its checksum and the older one was loaded: the state
+/// of the last completed ledger write may be lost (`Log::open` reports it loudly).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotFallback {
+    /// The slot that failed (0 or 1).
+    pub corrupt_slot: usize,
+    /// Why it failed.
+    pub reason: String,
+    /// The sequence number its header reads (unverified: may be damaged too).
+    pub corrupt_sequence: u64,
+    /// The sequence number of the slot that was loaded.
+    pub used_sequence: u64,
+    /// The damaged slot decoded without its checksum, when its bytes still parse: what the
+    /// lost write most likely said (durable ends, checkpoint). A hint for the operator,
+    /// never used as state.
+    pub unverified: Option<LedgerState>,
 }
 
 /// Where a loaded state came from.
@@ -177,6 +206,19 @@ impl LedgerState {
         out
     }
 
+    /// Decodes a slot that failed its checks as well as its bytes allow, ignoring the
+    /// checksum (see [`SlotFallback::unverified`]).
+    fn decode_slot_unverified(slot: &[u8]) -> Option<LedgerState> {
+        let mut c = Cursor::new(slot);
+        let seq = c.u64().ok()?;
+        let n = c.u32().ok()? as usize;
+        if seq == 0 || n > slot.len().saturating_sub(SLOT_OVERHEAD) {
+            return None;
+        }
+        let body = c.take(n).ok()?;
+        LedgerState::decode_body(&mut Cursor::new(body), seq).ok()
+    }
+
     /// Decodes one slot; `Err` for a never-written, torn or corrupt slot.
     fn decode_slot(slot: &[u8]) -> std::result::Result<LedgerState, String> {
         let mut c = Cursor::new(slot);
@@ -215,9 +257,20 @@ impl LedgerState {
     }
 
     /// Decodes a ledger file of either format.
+    #[cfg(test)]
     pub fn decode(buf: &[u8]) -> std::result::Result<(LedgerState, LoadedFormat), String> {
+        Self::decode_checked(buf).map(|(s, f, _)| (s, f))
+    }
+
+    /// [`LedgerState::decode`], also saying whether the newest slot was damaged and the
+    /// older one used. A damaged slot whose sequence reads exactly one less than the
+    /// loaded one is the older slot (the next write replaces it): not a fallback. A slot
+    /// never written (sequence 0: a new file) is not one either.
+    pub fn decode_checked(
+        buf: &[u8],
+    ) -> std::result::Result<(LedgerState, LoadedFormat, Option<SlotFallback>), String> {
         if buf.len() >= 8 && &buf[..8] == MAGIC_V1 {
-            return Self::decode_v1(buf).map(|s| (s, LoadedFormat::V1));
+            return Self::decode_v1(buf).map(|s| (s, LoadedFormat::V1, None));
         }
         if buf.len() < BLOCK as usize {
             return Err(format!("file of {} bytes is too short", buf.len()));
@@ -239,32 +292,40 @@ impl LedgerState {
                 buf.len()
             ));
         }
-        let slot = |i: u64| {
-            let start = (BLOCK + i * slot_size) as usize;
-            LedgerState::decode_slot(&buf[start..start + slot_size as usize])
+        let bytes = |i: usize| {
+            let start = BLOCK as usize + i * slot_size as usize;
+            &buf[start..start + slot_size as usize]
         };
-        match (slot(0), slot(1)) {
-            (Ok(a), Ok(b)) if b.generation > a.generation => Ok((
-                b,
-                LoadedFormat::V2 {
-                    slot_size,
-                    newest: 1,
-                },
-            )),
-            (Ok(a), _) => Ok((
-                a,
-                LoadedFormat::V2 {
-                    slot_size,
-                    newest: 0,
-                },
-            )),
-            (Err(_), Ok(b)) => Ok((
-                b,
-                LoadedFormat::V2 {
-                    slot_size,
-                    newest: 1,
-                },
-            )),
+        let fallback = |bad: usize, reason: String, used: &LedgerState| {
+            let raw = bytes(bad);
+            let corrupt_sequence = u64::from_be_bytes(raw[..8].try_into().unwrap_or([0; 8]));
+            // Never written, or provably the older slot: nothing was lost.
+            if corrupt_sequence == 0 || corrupt_sequence + 1 == used.generation {
+                return None;
+            }
+            Some(SlotFallback {
+                corrupt_slot: bad,
+                reason,
+                corrupt_sequence,
+                used_sequence: used.generation,
+                unverified: LedgerState::decode_slot_unverified(raw),
+            })
+        };
+        let v2 = |newest| LoadedFormat::V2 { slot_size, newest };
+        match (
+            LedgerState::decode_slot(bytes(0)),
+            LedgerState::decode_slot(bytes(1)),
+        ) {
+            (Ok(a), Ok(b)) if b.generation > a.generation => Ok((b, v2(1), None)),
+            (Ok(a), Ok(_)) => Ok((a, v2(0), None)),
+            (Ok(a), Err(why)) => {
+                let f = fallback(1, why, &a);
+                Ok((a, v2(0), f))
+            }
+            (Err(why), Ok(b)) => {
+                let f = fallback(0, why, &b);
+                Ok((b, v2(1), f))
+            }
             (Err(a), Err(b)) => Err(format!("no valid slot (slot 0: {a}; slot 1: {b})")),
         }
     }
@@ -286,18 +347,28 @@ impl LedgerState {
 
     /// Reads `<dir>/ledger`; `Ok(None)` if there is none yet.
     pub fn load(dir: &Path) -> Result<Option<(LedgerState, LoadedFormat)>> {
+        Ok(Self::load_checked(dir)?.map(|(s, f, _)| (s, f)))
+    }
+
+    /// [`LedgerState::load`], also saying whether the newest slot was damaged
+    /// ([`LedgerState::decode_checked`]).
+    pub fn load_checked(
+        dir: &Path,
+    ) -> Result<Option<(LedgerState, LoadedFormat, Option<SlotFallback>)>> {
         let path = dir.join(FILE_NAME);
         let Some(buf) = fsutil::read_optional(&path)? else {
             return Ok(None);
         };
-        LedgerState::decode(&buf).map(Some).map_err(|reason| {
-            LogError::corrupt_file(
-                "ledger",
-                &path,
-                reason,
-                "the log cannot tell what is durable: restore the log directory from a backup",
-            )
-        })
+        LedgerState::decode_checked(&buf)
+            .map(Some)
+            .map_err(|reason| {
+                LogError::corrupt_file(
+                    "ledger",
+                    &path,
+                    reason,
+                    "the log cannot tell what is durable: restore the log directory from a backup",
+                )
+            })
     }
 
     /// Bumps the generation and writes the state through `file` (one slot write + one

@@ -71,12 +71,19 @@
 //!   and torn tails are cut on open (warned and counted), and the checkpoint matches.
 //! - Corruption inside durable data is an error naming the file and byte, never skipped,
 //!   never a panic.
+//! - Open never deletes a partition the ledger marks durable (a durable topic without its
+//!   `topic.conf` is refused with [`LogError::TopicConfigMissing`]); a damaged newest
+//!   ledger slot, after which recovery cuts flushed records, is an error-level event and
+//!   a metric, never a silent fallback.
+//! - [`Log::close`] stops and joins the log's threads and waits for its writes before it
+//!   releases the directory lock: nothing of a closed log writes any more.
 //! - Dropping a [`Log`] does not flush: unflushed appends are lost, like a crash. Flush
 //!   first.
 
 pub mod batch;
 mod compaction;
 pub mod error;
+mod failpoint;
 mod fsutil;
 mod groups;
 mod index;

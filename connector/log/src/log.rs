@@ -23,7 +23,9 @@
 //! ```
 //!
 //! Invariants: a topic exists iff its `topic.conf` exists (a directory without one is a
-//! creation interrupted by a crash and is removed on open). The ledger is written only by
+//! creation interrupted by a crash and is removed on open, unless the ledger holds durable
+//! records of the topic: then the file was lost, and open refuses instead). A partition
+//! the ledger marks durable is never deleted. The ledger is written only by
 //! `flush` (after fsyncing segment data), by retention (log start, before deleting files)
 //! and on open when recovery had to move a bound; all ledger writes hold `ledger`'s mutex
 //! and write the whole in-memory state. Lock order: `flush_lock` -> partition state ->
@@ -35,6 +37,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::{LogError, Result};
@@ -151,8 +154,9 @@ impl HasNotifier for BudgetSignal {
 }
 
 pub(crate) struct LogInner {
+    /// The handles given out (`Log::user`): none left means the log was dropped.
+    users: std::sync::Weak<UserHandle>,
     pub dir: PathBuf,
-    _lock: Option<DirLock>,
     pub options: LogOptions,
     pub topics: RwLock<BTreeMap<String, Arc<TopicInner>>>,
     pub ledger: Mutex<LedgerState>,
@@ -169,13 +173,46 @@ pub(crate) struct LogInner {
     /// [`Log::close`] ran: no more writes through any handle.
     closed: AtomicBool,
     stop: Arc<(Mutex<bool>, Condvar)>,
+    /// The background threads (maintenance, flush timer): `close` and `Drop` stop and join
+    /// them before the directory lock is released.
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The writer's lock on the directory (`None` when read-only or after `close`).
+    /// Declared last on purpose: fields drop in declaration order, so a log dropped
+    /// without `close` releases the lock only after its partitions (and their stages,
+    /// which wait for their write-behind writes) are gone.
+    dir_lock: Mutex<Option<DirLock>>,
+}
+
+impl LogInner {
+    /// Wakes the background threads and tells them to end.
+    fn request_stop(&self) {
+        let (m, c) = &*self.stop;
+        *lock(m) = true;
+        c.notify_all();
+    }
+
+    /// Joins every background thread but the calling one (the last handle may be dropped
+    /// by a background thread itself, which then ends on its own).
+    fn join_threads(&self) {
+        let handles = std::mem::take(&mut *lock(&self.threads));
+        let me = std::thread::current().id();
+        for h in handles {
+            if h.thread().id() == me {
+                continue;
+            }
+            if h.join().is_err() {
+                tracing::error!("a background thread of the log panicked");
+            }
+        }
+    }
 }
 
 impl Drop for LogInner {
     fn drop(&mut self) {
-        let (m, c) = &*self.stop;
-        *lock(m) = true;
-        c.notify_all();
+        // A background thread holds the log (strongly) only while it works, so none is
+        // writing now; they wait for their next tick and end here.
+        self.request_stop();
+        self.join_threads();
     }
 }
 
@@ -183,7 +220,13 @@ impl Drop for LogInner {
 #[derive(Clone)]
 pub struct Log {
     pub(crate) inner: Arc<LogInner>,
+    /// Shared by every handle the API gave out (clones included); `None` in the handle a
+    /// background thread holds while it works (see `should_stop`).
+    pub(crate) user: Option<Arc<UserHandle>>,
 }
+
+/// The token of the handles given out (`Log::user`); `LogInner::users` counts them.
+pub(crate) struct UserHandle;
 
 /// A topic handle, for appending. Cheap to clone.
 #[derive(Clone)]
@@ -259,11 +302,37 @@ impl Log {
         Ok(())
     }
 
-    fn check_poisoned(&self) -> Result<()> {
+    /// Writable and not closed: every operation that changes files (appends, flushes,
+    /// commits, maintenance) checks this first.
+    fn check_open(&self) -> Result<()> {
         self.check_writable()?;
-        if self.inner.closed.load(Ordering::Acquire) {
+        self.check_not_closed()
+    }
+
+    /// [`Log::close`] has started: long work (a compaction pass) checks this between
+    /// batches and stops, leaving the files as they were before the unfinished step.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Long work (a compaction pass) stops between batches when this turns true: the log
+    /// is closing, or this is a background thread's handle and the last other handle is
+    /// gone (the log was dropped without `close`: the pass stops, the thread lets go, and
+    /// the directory lock is released without waiting for the whole pass).
+    pub(crate) fn should_stop(&self) -> bool {
+        self.is_closed() || (self.user.is_none() && self.inner.users.strong_count() == 0)
+    }
+
+    /// `Err(Closed)` once [`Log::close`] has started (see `is_closed`).
+    pub(crate) fn check_not_closed(&self) -> Result<()> {
+        if self.is_closed() {
             return Err(LogError::Closed(self.inner.dir.clone()));
         }
+        Ok(())
+    }
+
+    fn check_poisoned(&self) -> Result<()> {
+        self.check_open()?;
         match &*lock(&self.inner.poisoned) {
             Some(p) => Err(LogError::Poisoned(p.clone())),
             None => Ok(()),
@@ -286,6 +355,9 @@ impl Log {
         }
         let tdir = topics_dir(&self.inner.dir).join(name);
         if tdir.exists() {
+            // Left by an interrupted creation, unless the ledger says it holds durable
+            // records (then it is refused, never deleted).
+            open::refuse_if_durable(&tdir, name, &lock(&self.inner.ledger))?;
             fs::remove_dir_all(&tdir).map_err(|e| LogError::io("removing stale", &tdir, e))?;
         }
         fs::create_dir_all(&tdir)

@@ -21,6 +21,11 @@ pub struct Metrics {
     pub budget_exhausted_total: AtomicU64,
     /// Rolls that reused a recycle-pool file instead of creating one (`recycle.rs`).
     pub recycled_segments: AtomicU64,
+    /// Opens that found the newest ledger slot damaged and used the older one.
+    pub ledger_slot_fallbacks: AtomicU64,
+    /// Records cut on such an open past the older slot's durable ends (flushed, possibly
+    /// acknowledged).
+    pub ledger_fallback_cut_records: AtomicU64,
     /// 1 while appends are held back by the disk budget.
     pub budget_blocked: AtomicU64,
     /// Bytes of all segment files, recycle-pool files included, and the stale length of a
@@ -48,6 +53,11 @@ pub struct MetricsSnapshot {
     pub budget_exhausted_total: u64,
     /// Rolls that reused a recycle-pool file instead of creating one.
     pub recycled_segments: u64,
+    /// Opens that found the newest ledger slot damaged and fell back to the older one
+    /// (an error-level log line says what it cost).
+    pub ledger_slot_fallbacks: u64,
+    /// Flushed records cut by such an open (past the older slot's durable ends).
+    pub ledger_fallback_cut_records: u64,
     pub budget_blocked: bool,
     pub total_bytes: u64,
 }
@@ -75,6 +85,8 @@ impl Metrics {
             compaction_reclaimed_bytes: g(&self.compaction_reclaimed_bytes),
             budget_exhausted_total: g(&self.budget_exhausted_total),
             recycled_segments: g(&self.recycled_segments),
+            ledger_slot_fallbacks: g(&self.ledger_slot_fallbacks),
+            ledger_fallback_cut_records: g(&self.ledger_fallback_cut_records),
             budget_blocked: g(&self.budget_blocked) != 0,
             total_bytes: g(&self.total_bytes),
         }

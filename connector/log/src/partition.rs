@@ -156,6 +156,9 @@ pub struct Partition {
     released_bytes: AtomicU64,
     /// Rolls that reused a pool file since the last `take_released`.
     recycled_rolls: AtomicU64,
+    /// Set by [`Partition::close`] under the state lock, read under it: no append, roll or
+    /// stage write-out after it.
+    closed: AtomicBool,
 }
 
 impl HasNotifier for Partition {
@@ -266,6 +269,7 @@ impl Partition {
             maintenance: Mutex::new(()),
             released_bytes: AtomicU64::new(0),
             recycled_rolls: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -294,20 +298,34 @@ impl Partition {
         }
     }
 
-    /// [`crate::Log::close`]: a recycled active segment's file is cut to its flushed bytes,
-    /// so the next open finds no stale tail to cut and report (the same cut recovery would
-    /// make, without a "recovery cut" alarm after every clean restart). Bytes appended but
-    /// not flushed go too, as a crash would lose them; nothing fsynced is cut. A segment
-    /// in a file created for it is left alone (recovery has nothing stale to cut there).
-    pub fn cut_recycled_tail(&self) -> Result<()> {
+    /// `Err(Closed)` once [`Partition::close`] ran; call under the state lock.
+    fn check_not_closed(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            // <log dir>/topics/<topic>/<partition>
+            let log_dir = self.dir.ancestors().nth(3).unwrap_or(&self.dir);
+            return Err(LogError::Closed(log_dir.to_path_buf()));
+        }
+        Ok(())
+    }
+
+    /// [`crate::Log::close`]: the partition takes no more appends, rolls or write-outs,
+    /// and its write-behind write in flight, if any, is waited for, so nothing writes its
+    /// files after this returns. With `cut_tail`, a recycled active segment's file is cut
+    /// to its flushed bytes, so the next open finds no stale tail to cut and report (the
+    /// same cut recovery would make, without a "recovery cut" alarm after every clean
+    /// restart). Bytes appended but not flushed go too, as a crash would lose them;
+    /// nothing fsynced is cut. A segment in a file created for it is left alone (recovery
+    /// has nothing stale to cut there).
+    pub fn close(&self, cut_tail: bool) -> Result<()> {
         let mut guard = self.lock();
         let st = &mut *guard;
+        self.closed.store(true, Ordering::Release);
         let Some(active) = st.segments.last() else {
             return Ok(());
         };
         // A write-behind landing after the cut would put stale-looking bytes back.
         st.stage.settle(&active.file)?;
-        if st.active_stale == 0 {
+        if !cut_tail || st.active_stale == 0 {
             return Ok(());
         }
         let keep = active.synced_size.max(active.durable_size);
@@ -383,6 +401,7 @@ impl Partition {
     ) -> Result<AppendInfo> {
         let mut guard = self.lock();
         let st = &mut *guard;
+        self.check_not_closed()?;
         if let Some(p) = &st.poisoned {
             return Err(LogError::Poisoned(p.clone()));
         }
@@ -531,6 +550,7 @@ impl Partition {
     pub fn roll_if_due(&self, segment_ms: Option<i64>, now: i64) -> Result<bool> {
         let mut guard = self.lock();
         let st = &mut *guard;
+        self.check_not_closed()?;
         if st.poisoned.is_some() || st.segments.last().is_none_or(|s| s.size == 0) {
             return Ok(false);
         }
@@ -551,6 +571,10 @@ impl Partition {
         self.dirty.store(false, Ordering::Release);
         let mut guard = self.lock();
         let st = &mut *guard;
+        if let Err(e) = self.check_not_closed() {
+            self.dirty.store(true, Ordering::Release);
+            return Err(e);
+        }
         if st.stage.unwritten() > 0 {
             let end = st.stage.end();
             if let Err(e) = Self::write_stage(st, WriteOut::Flush, end) {

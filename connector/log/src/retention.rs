@@ -11,7 +11,9 @@
 //!
 //! A crash after 2 leaves files below the log start, which the next open deletes, or pool
 //! files, which it keeps; a crash before 2 leaves everything as it was. The active segment
-//! is never deleted.
+//! is never deleted. Every partition's work runs under its maintenance lock and starts
+//! with a check that the log is not closed, so `Log::close` (which takes each partition's
+//! maintenance lock after marking the log closed) returns only when none is under way.
 //!
 //! Budget relief (when the disk budget is exhausted) first deletes every partition's
 //! recycle-pool files (they hold no records), then applies only to topics whose policy
@@ -122,6 +124,9 @@ pub fn enforce_retention(log: &Log, now: i64) -> Result<MaintenanceReport> {
         for p in 0..cfg.partitions {
             let part: Arc<Partition> = log.partition(&name, p)?;
             let _m = lock(&part.maintenance);
+            // `Log::close` waits for the partition's maintenance lock: past it, nothing
+            // more may be written.
+            log.check_not_closed()?;
             let k = retention_count(&part, &cfg, now);
             let (s, b) = truncate_front(log, &part, k, true)?;
             r.deleted_segments += s;
@@ -137,7 +142,11 @@ pub fn free_for_budget(log: &Log) -> Result<u64> {
     let mut freed = 0;
     // Pool files first: they hold no records.
     for (_, part) in log.all_partitions() {
-        let f = part.drop_pool()?;
+        let f = {
+            let _m = lock(&part.maintenance);
+            log.check_not_closed()?;
+            part.drop_pool()?
+        };
         if f > 0 {
             tracing::info!(topic = %part.topic, partition = part.id, bytes = f, "disk budget: deleted recycle-pool files");
             let m = log.metrics_ref();
@@ -165,6 +174,7 @@ pub fn free_for_budget(log: &Log) -> Result<u64> {
             let Ok(_m) = part.maintenance.try_lock() else {
                 continue;
             };
+            log.check_not_closed()?;
             let k = {
                 let st = part.lock();
                 (0..st.segments.len().saturating_sub(1))

@@ -1,6 +1,8 @@
 //! Files of a closed log truncated or overwritten at random byte positions: open (and a
-//! full read) must either succeed with a valid prefix of what was written, or fail with a
-//! precise error naming the damaged file — never panic, never return wrong data.
+//! full read) must either succeed with a gapless prefix of what was written (offsets
+//! contiguous from the log start, the records equal to the first N written, N the high
+//! watermark), or fail with a precise error naming the damaged file — never panic, never
+//! return wrong data, never skip a batch.
 
 mod common;
 
@@ -60,19 +62,29 @@ fn build(dir: &Path) -> Truth {
     truth
 }
 
-/// Opens and reads everything; Ok(()) if all data read is correct, Err(error) for a
-/// precise rejection.
+/// Opens and reads everything; Ok(()) if what is read is exactly a gapless prefix of what
+/// was written: offsets contiguous from the log start (0: no retention here), each record
+/// equal to the one written at that offset, and the read ending at the high watermark
+/// (a skipped batch or a reader that stops early is wrong data, not a valid prefix).
+/// Err(error) for a precise rejection.
 fn check(dir: &Path, truth: &Truth) -> Result<(), LogError> {
     let log = Log::open(dir, LogOptions::default())?;
+    let d = log.describe("t")?;
     for p in 0..2u32 {
+        let part = &d.partitions[p as usize];
+        assert_eq!(part.log_start_offset, 0, "log start moved at {p}");
         let mut r = log.reader("t", p, StartAt::Earliest)?;
+        let mut next = 0u64;
         loop {
             let recs = r.poll(4096)?;
             if recs.is_empty() {
                 break;
             }
             for rec in recs {
-                let (k, v) = &truth[p as usize][rec.offset as usize];
+                assert_eq!(rec.offset, next, "gap or reordering at {p}/{next}");
+                let (k, v) = truth[p as usize]
+                    .get(rec.offset as usize)
+                    .unwrap_or_else(|| panic!("record {p}/{} was never written", rec.offset));
                 assert_eq!(
                     rec.key.as_deref(),
                     Some(&k[..]),
@@ -85,8 +97,15 @@ fn check(dir: &Path, truth: &Truth) -> Result<(), LogError> {
                     "wrong data at {p}/{}",
                     rec.offset
                 );
+                next += 1;
             }
         }
+        // The first `next` records written, and all the log says it holds.
+        assert_eq!(
+            next, part.high_watermark,
+            "partition {p}: read {next} records, the log holds {}",
+            part.high_watermark
+        );
     }
     log.verify("t")?;
     Ok(())

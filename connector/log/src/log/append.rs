@@ -155,7 +155,7 @@ pub(super) fn spawn_flusher(
     weak: Weak<LogInner>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     every: Duration,
-) {
+) -> Option<std::thread::JoinHandle<()>> {
     let tick = (every / 2).max(Duration::from_millis(1));
     let spawned = std::thread::Builder::new()
         .name("cdc-log-flusher".into())
@@ -176,14 +176,21 @@ pub(super) fn spawn_flusher(
             if !due {
                 continue;
             }
-            let log = Log { inner };
+            let log = Log { inner, user: None };
             if let Err(e) = log.flush(None) {
+                if matches!(e, LogError::Closed(_)) {
+                    return;
+                }
                 if !matches!(e, LogError::Poisoned(_)) {
                     tracing::warn!(error = %e, transient = e.is_transient(), "timed flush failed");
                 }
             }
         });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "could not start the log flush timer; flush explicitly");
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not start the log flush timer; flush explicitly");
+            None
+        }
     }
 }

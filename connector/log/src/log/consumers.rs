@@ -80,7 +80,7 @@ impl Log {
 
     /// Commits several partitions of one topic in one durable write.
     pub fn commit_many(&self, group: &str, topic: &str, offsets: &[(u32, u64)]) -> Result<()> {
-        self.check_writable()?;
+        self.check_open()?;
         if group.is_empty() || group.len() > u16::MAX as usize {
             return Err(LogError::InvalidArgument(
                 "group name must be 1..65535 bytes".into(),
@@ -159,7 +159,7 @@ impl Log {
 
     /// Forgets a group entirely.
     pub fn delete_group(&self, group: &str) -> Result<bool> {
-        self.check_writable()?;
+        self.check_open()?;
         let mut g = lock(&self.inner.groups);
         let mut next = g.clone();
         let existed = next.groups.remove(group).is_some();

@@ -8,8 +8,9 @@
 //! records (`Partition::publish`). So the ledger never names a byte that is not on disk,
 //! and no reader sees a record a crash could take back.
 //!
-//! Invariants: flushes are serialised by `flush_lock`, which `close` holds while it cuts
-//! recycled tails, so no ledger write can name bytes a cut removed. A failed fsync poisons
+//! Invariants: flushes are serialised by `flush_lock`; `close` marks the log closed under
+//! it and every flush re-checks that under it, so no flush runs once `close` goes on to
+//! cut recycled tails, and no ledger write can name bytes a cut removed. A failed fsync poisons
 //! the log (the kernel may have dropped the dirty pages, and a later fsync that succeeds
 //! would not bring them back); a failed stage or ledger write leaves the partitions dirty
 //! for the next flush.
@@ -24,27 +25,55 @@ use crate::metrics::Metrics;
 use crate::partition::lock;
 
 impl Log {
-    /// A clean stop: ends writing through every handle of this log (later appends and
-    /// flushes fail with [`LogError::Closed`]) and cuts each recycled active segment
+    /// A clean stop: ends writing through every handle of this log (later appends,
+    /// flushes, commits and maintenance fail with [`LogError::Closed`]), stops and joins
+    /// the background threads (a compaction pass under way stops between two batches,
+    /// see `compaction.rs`), waits for any maintenance call running on another thread and
+    /// for every write-behind write in flight, cuts each recycled active segment
     /// (`recycle.rs`) to its flushed bytes, so the next open has no stale tail to cut and
-    /// report. Appends not flushed yet are discarded, as a crash would discard them.
+    /// report, and releases the directory lock. When it returns nothing of this log
+    /// writes into the directory any more, and the directory can be opened again (also
+    /// while other handles of this log, readers say, are still alive: they keep reading).
+    /// Appends not flushed yet are discarded, as a crash would discard them.
     /// Dropping the log without `close` leaves the files as a crash does (recovery cuts
-    /// and reports the stale tails). After a failed flush (the log is poisoned) nothing is
-    /// cut: its ledger write may have reached the disk, and only recovery can tell.
+    /// and reports the stale tails); when the last handle goes, a compaction pass under
+    /// way stops between two batches, the threads are joined and the lock is released
+    /// after them. After a failed flush (the log is poisoned) nothing is cut:
+    /// its ledger write may have reached the disk, and only recovery can tell. A second
+    /// `close` does nothing.
     pub fn close(&self) -> Result<()> {
         if self.inner.options.read_only {
             return Ok(());
         }
-        // No flush runs while, or after, the files are cut: the ledger must never name
-        // bytes the cut removed.
-        let _flushes = lock(&self.inner.flush_lock);
-        if self.inner.closed.swap(true, Ordering::AcqRel) || lock(&self.inner.poisoned).is_some() {
-            return Ok(());
-        }
+        // Flushes re-check `closed` under `flush_lock`: once this section is done, none
+        // runs, and none will (the ledger must never name bytes the cut below removes).
+        let poisoned = {
+            let _flushes = lock(&self.inner.flush_lock);
+            if self.inner.closed.swap(true, Ordering::AcqRel) {
+                return Ok(());
+            }
+            lock(&self.inner.poisoned).is_some()
+        };
+        // The threads end at their next check of the stop flag or of `closed`; joined
+        // without any lock held (a flush or a pass may be waiting for one).
+        self.inner.request_stop();
+        self.inner.join_threads();
+        let mut first_err = None;
         for (_, p) in self.all_partitions() {
-            p.cut_recycled_tail()?;
+            // A maintenance call of another thread holds this until it has seen `closed`
+            // or finished its step on the partition.
+            let _maintenance = lock(&p.maintenance);
+            if let Err(e) = p.close(!poisoned) {
+                tracing::warn!(topic = %p.topic, partition = p.id, error = %e, "closing a partition; its next open recovers it");
+                first_err.get_or_insert(e);
+            }
         }
-        Ok(())
+        // Nothing of this log writes any more: the directory may be opened again.
+        drop(lock(&self.inner.dir_lock).take());
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Makes everything appended so far durable, together with `checkpoint` (the source
@@ -57,6 +86,8 @@ impl Log {
         self.check_poisoned()?;
         let started = Instant::now();
         let mut clock = lock(&self.inner.flush_lock);
+        // `close` may have run while this waited for the lock.
+        self.check_not_closed()?;
         let mut plans = Vec::new();
         for (_, p) in self.all_partitions() {
             if !p.dirty.load(Ordering::Acquire) {

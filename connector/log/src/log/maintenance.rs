@@ -6,8 +6,10 @@
 //! Invariants: a pass first rolls the partitions whose `segment.ms` is due (so time
 //! retention can reach a quiet partition's data) and gives idle partitions' stage memory
 //! back, then applies retention, then compacts every compacted topic. The thread holds
-//! the log only weakly, so it never keeps a dropped log alive, and ends with it (or at
-//! `Log::close`).
+//! the log only weakly between passes, so it never keeps a dropped log alive, and ends
+//! with it. `Log::close` signals it and joins it; a pass under way notices the close
+//! between batches (compaction) or partitions (retention) and stops, leaving every file as
+//! a completed step left it (`compaction.rs`).
 
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
@@ -20,7 +22,7 @@ use crate::record::now_ms;
 impl Log {
     /// Applies retention and compaction once (what the background thread does).
     pub fn run_maintenance(&self) -> Result<MaintenanceReport> {
-        self.check_writable()?;
+        self.check_open()?;
         let now = now_ms();
         for (t, p) in self.all_partitions() {
             let rolled = p.roll_if_due(t.config.segment_ms, now);
@@ -50,7 +52,7 @@ impl Log {
     /// Deletes closed segments past `retention.ms` / `retention.bytes` of every topic whose
     /// policy includes `delete`; advances (and persists) the log start offset.
     pub fn enforce_retention(&self) -> Result<MaintenanceReport> {
-        self.check_writable()?;
+        self.check_open()?;
         let r = crate::retention::enforce_retention(self, now_ms())?;
         self.inner.budget.notifier.notify_all();
         Ok(r)
@@ -58,7 +60,7 @@ impl Log {
 
     /// Compacts the closed segments of one topic (its policy must include `compact`).
     pub fn compact(&self, topic: &str) -> Result<MaintenanceReport> {
-        self.check_writable()?;
+        self.check_open()?;
         let r = crate::compaction::compact_topic(self, topic, now_ms())?;
         self.inner.budget.notifier.notify_all();
         Ok(r)
@@ -66,7 +68,7 @@ impl Log {
 
     /// Like [`Log::compact`] with an explicit clock (tests, tools).
     pub fn compact_at(&self, topic: &str, now_ms: i64) -> Result<MaintenanceReport> {
-        self.check_writable()?;
+        self.check_open()?;
         crate::compaction::compact_topic(self, topic, now_ms)
     }
 
@@ -86,7 +88,7 @@ pub(super) fn spawn_maintenance(
     weak: Weak<LogInner>,
     stop: Arc<(Mutex<bool>, Condvar)>,
     every: Duration,
-) {
+) -> Option<std::thread::JoinHandle<()>> {
     let spawned = std::thread::Builder::new()
         .name("cdc-log-maintenance".into())
         .spawn(move || loop {
@@ -101,7 +103,7 @@ pub(super) fn spawn_maintenance(
                 }
             }
             let Some(inner) = weak.upgrade() else { return };
-            let log = Log { inner };
+            let log = Log { inner, user: None };
             match log.run_maintenance() {
                 Ok(_) => {}
                 // A clean stop (`Log::close`): nothing more to maintain.
@@ -111,7 +113,11 @@ pub(super) fn spawn_maintenance(
                 }
             }
         });
-    if let Err(e) = spawned {
-        tracing::warn!(error = %e, "could not start the log maintenance thread; call run_maintenance yourself");
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not start the log maintenance thread; call run_maintenance yourself");
+            None
+        }
     }
 }

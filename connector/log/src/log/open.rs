@@ -6,8 +6,14 @@
 //! Invariants: a writer's open refuses to forget durable data — a ledger entry with
 //! durable records but no topic or partition defining it is `DurableDataLost`, and a
 //! missing ledger while topics exist is a corrupt file. A topic directory without
-//! `topic.conf` is a creation a crash interrupted: a writer removes it, a read-only open
-//! skips it. A read-only open takes no lock, writes nothing and starts no thread.
+//! `topic.conf` is a creation a crash interrupted when the ledger holds no durable record
+//! of the topic: a writer removes it, a read-only open skips it. When the ledger does hold
+//! durable records of it, the file was lost and open refuses (`TopicConfigMissing`, which
+//! says how to put it back or give the data up); nothing is deleted. With
+//! `accept_damaged_tail`, ledger entries of partitions that no longer exist are dropped
+//! (logged at error level) instead of refused. A read-only open takes no lock, writes
+//! nothing and starts no thread; the threads a writer starts are joined by `Log::close`
+//! (or when the last handle is dropped).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -24,7 +30,7 @@ use super::{
 use crate::error::{LogError, Result};
 use crate::fsutil::{self, DirLock};
 use crate::groups::GroupStore;
-use crate::ledger::{LedgerFile, LedgerState, LoadedFormat};
+use crate::ledger::{LedgerFile, LedgerState, LoadedFormat, SlotFallback};
 use crate::metrics::Metrics;
 use crate::notify::Notifier;
 use crate::partition::Partition;
@@ -50,18 +56,23 @@ pub(super) fn list_topic_dirs(td: &Path) -> Result<Vec<String>> {
 }
 
 /// Opens (recovers) one topic's partitions against the ledger; `None` for a directory
-/// without `topic.conf` (an interrupted creation: removed unless read-only).
+/// without `topic.conf` (an interrupted creation: removed unless read-only, refused when
+/// the ledger holds durable records of it). `fallback`: the ledger was loaded from its
+/// older slot; what recovery cuts past its durable ends is then reported as possibly
+/// acknowledged records, at error level.
 pub(super) fn open_topic(
     td: &Path,
     name: &str,
     ledger: &LedgerState,
     options: &LogOptions,
     metrics: &Metrics,
+    fallback: Option<&SlotFallback>,
 ) -> Result<Option<Arc<TopicInner>>> {
     let tdir = td.join(name);
     let Some(config) = TopicConfig::load(&tdir)? else {
         if !options.read_only {
-            tracing::warn!(topic = %name, "removing topic directory without topic.conf (creation interrupted)");
+            refuse_if_durable(&tdir, name, ledger)?;
+            tracing::warn!(topic = %name, dir = %tdir.display(), "removing topic directory without topic.conf (creation interrupted; the ledger holds no durable record of it)");
             fs::remove_dir_all(&tdir).map_err(|e| LogError::io("removing", &tdir, e))?;
         }
         return Ok(None);
@@ -70,8 +81,36 @@ pub(super) fn open_topic(
     for p in 0..config.partitions {
         let key = (name.to_string(), p);
         let mark = ledger.partitions.get(&key).copied().unwrap_or_default();
-        let (part, report) = Partition::open(name, p, tdir.join(p.to_string()), mark, options)?;
-        if report.truncated_bytes > 0 || report.removed_segments > 0 {
+        let (part, report) = Partition::open(
+            name,
+            p,
+            tdir.join(p.to_string()),
+            mark,
+            options,
+            fallback.is_some(),
+        )?;
+        let lost_end = report
+            .valid_end_before_cut
+            .filter(|&e| e > mark.durable_end);
+        if let (Some(f), Some(end)) = (fallback, lost_end) {
+            let claimed = f
+                .unverified
+                .as_ref()
+                .and_then(|u| u.partitions.get(&key))
+                .map(|m| m.durable_end);
+            tracing::error!(
+                topic = %name,
+                partition = p,
+                durable_end = mark.durable_end,
+                cut_from = mark.durable_end,
+                cut_to = end,
+                cut_records = end - mark.durable_end,
+                damaged_slot_durable_end = ?claimed,
+                truncated_bytes = report.truncated_bytes,
+                "recovery against the older ledger slot cut records that were flushed: offsets cut_from..cut_to were on disk in valid batches; the damaged newest slot most likely made those up to damaged_slot_durable_end durable (acknowledged to the source), unless the process died while writing it"
+            );
+            Metrics::add(&metrics.ledger_fallback_cut_records, end - mark.durable_end);
+        } else if report.truncated_bytes > 0 || report.removed_segments > 0 {
             tracing::warn!(
                 topic = %name,
                 partition = p,
@@ -94,6 +133,93 @@ pub(super) fn open_topic(
     })))
 }
 
+/// Whether a topic directory holds a non-empty segment file (`<partition>/<base>.log`).
+fn holds_records(tdir: &Path) -> bool {
+    let Ok(parts) = fs::read_dir(tdir) else {
+        return false;
+    };
+    parts.filter_map(|p| p.ok()).any(|p| {
+        fs::read_dir(p.path()).is_ok_and(|files| {
+            files.filter_map(|f| f.ok()).any(|f| {
+                f.file_name().to_string_lossy().ends_with(".log")
+                    && f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0)
+            })
+        })
+    })
+}
+
+/// A checkpoint for a log line: the text if it is short printable UTF-8, else hex.
+fn printable(c: Option<&[u8]>) -> String {
+    let Some(c) = c else {
+        return "(none)".into();
+    };
+    let c = &c[..c.len().min(256)];
+    match std::str::from_utf8(c) {
+        Ok(s) if s.chars().all(|ch| !ch.is_control()) => s.to_string(),
+        _ => c.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+/// The error-level line of a ledger that fell back to its older slot (`ledger.rs`).
+fn report_fallback(dir: &Path, f: &SlotFallback, used: &LedgerState) {
+    let lost_checkpoint = f
+        .unverified
+        .as_ref()
+        .map(|u| printable(u.checkpoint.as_deref()));
+    tracing::error!(
+        dir = %dir.display(),
+        file = %dir.join(crate::ledger::FILE_NAME).display(),
+        damaged_slot = f.corrupt_slot,
+        damaged_sequence = f.corrupt_sequence,
+        reason = %f.reason,
+        used_sequence = f.used_sequence,
+        resume_checkpoint = %printable(used.checkpoint.as_deref()),
+        damaged_slot_checkpoint = ?lost_checkpoint,
+        "the newest ledger slot is damaged: the log falls back to the older slot and its checkpoint (resume_checkpoint). Either the process died while writing it (that flush never returned: nothing acknowledged is lost) or it was damaged after it was written (what that flush made durable is lost; damaged_slot_checkpoint is what it most likely said, unverified). Recovery now cuts every record past the older slot's durable ends"
+    );
+}
+
+/// A topic directory without `topic.conf` may be removed only when the ledger holds no
+/// durable record of the topic: `TopicConfigMissing` otherwise (see `LogError`).
+pub(super) fn refuse_if_durable(tdir: &Path, name: &str, ledger: &LedgerState) -> Result<()> {
+    let durable: Vec<String> = ledger
+        .partitions
+        .iter()
+        .filter(|((t, _), m)| t == name && m.durable_end > 0)
+        .map(|((_, p), m)| format!("partition {p} (offsets {}..{})", m.log_start, m.durable_end))
+        .collect();
+    if durable.is_empty() {
+        return Ok(());
+    }
+    // Creation makes every partition directory before it writes topic.conf, so the
+    // directories tell the partition count; the ledger bounds it from below.
+    let in_ledger = ledger
+        .partitions
+        .keys()
+        .filter(|(t, _)| t == name)
+        .map(|(_, p)| p + 1)
+        .max()
+        .unwrap_or(0);
+    let in_dirs = fs::read_dir(tdir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .map(|p| p + 1)
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    let err = LogError::TopicConfigMissing {
+        topic: name.to_string(),
+        file: tdir.join(crate::topic_config::FILE_NAME),
+        durable: durable.join(", "),
+        partitions: in_ledger.max(in_dirs),
+    };
+    tracing::error!(topic = %name, error = %err, "refusing to open the log: a topic with durable records has no topic.conf");
+    Err(err)
+}
+
 impl Log {
     /// Opens (creating if needed) the log in `dir`, recovering every partition against the
     /// ledger (see `partition/recovery.rs`). Cuts are logged at warn level and counted in
@@ -113,8 +239,17 @@ impl Log {
         };
         let topic_names = list_topic_dirs(&td)?;
         let mut ledger_file = None;
-        let mut ledger = match LedgerState::load(&dir)? {
-            Some((l, format)) => {
+        let mut slot_fallback = None;
+        let mut ledger = match LedgerState::load_checked(&dir)? {
+            Some((l, format, fallback)) => {
+                match fallback {
+                    // A reader racing the writer's in-place slot write sees a torn slot:
+                    // normal, and the live writer's own open would have said more.
+                    Some(f) if read_only => {
+                        tracing::debug!(dir = %dir.display(), reason = %f.reason, "read-only open: the newest ledger slot did not verify (a write in progress?); using the older one");
+                    }
+                    f => slot_fallback = f,
+                }
                 if !read_only {
                     let mut l = l;
                     ledger_file = Some(match format {
@@ -132,10 +267,14 @@ impl Log {
                 }
             }
             None => {
-                if topic_names
-                    .iter()
-                    .any(|t| td.join(t).join(crate::topic_config::FILE_NAME).exists())
-                {
+                // The ledger is created by the first open, before any topic: topics (or a
+                // topic directory holding records, topic.conf or not) without it mean it
+                // was lost, and open must not treat their directories as interrupted
+                // creations.
+                if topic_names.iter().any(|t| {
+                    td.join(t).join(crate::topic_config::FILE_NAME).exists()
+                        || holds_records(&td.join(t))
+                }) {
                     return Err(LogError::corrupt_file(
                         "ledger",
                         dir.join(crate::ledger::FILE_NAME),
@@ -148,11 +287,32 @@ impl Log {
                 l
             }
         };
+        // Before recovery changes anything: a durable topic without its config is refused.
+        if !read_only {
+            for name in &topic_names {
+                let tdir = td.join(name);
+                if !tdir.join(crate::topic_config::FILE_NAME).exists() {
+                    refuse_if_durable(&tdir, name, &ledger)?;
+                }
+            }
+        }
         let metrics = Metrics::default();
+        if let Some(f) = &slot_fallback {
+            report_fallback(&dir, f, &ledger);
+            Metrics::add(&metrics.ledger_slot_fallbacks, 1);
+        }
         let mut topics = BTreeMap::new();
         let mut ledger_changed = false;
         for name in topic_names {
-            let Some(topic) = open_topic(&td, &name, &ledger, &options, &metrics)? else {
+            let Some(topic) = open_topic(
+                &td,
+                &name,
+                &ledger,
+                &options,
+                &metrics,
+                slot_fallback.as_ref(),
+            )?
+            else {
                 continue;
             };
             for part in &topic.partitions {
@@ -167,11 +327,19 @@ impl Log {
         }
         // A ledger entry without its partition means a topic directory or config was lost
         // or damaged: refuse rather than forget durable data.
+        let mut forgotten = Vec::new();
         for ((t, p), m) in &ledger.partitions {
             let known = topics
                 .get(t)
                 .is_some_and(|ti: &Arc<TopicInner>| *p < ti.config.partitions);
             if !known && m.durable_end > 0 && !read_only {
+                if options.accept_damaged_tail {
+                    // The operator gave the data up (LogError::TopicConfigMissing says how).
+                    tracing::error!(topic = %t, partition = p, log_start = m.log_start, durable_end = m.durable_end,
+                        "durable records of a partition that no longer exists are forgotten, as accept_damaged_tail allows");
+                    forgotten.push((t.clone(), *p));
+                    continue;
+                }
                 return Err(LogError::DurableDataLost {
                     topic: t.clone(),
                     partition: *p,
@@ -183,6 +351,22 @@ impl Log {
                     ),
                 });
             }
+        }
+        for key in forgotten {
+            ledger.partitions.remove(&key);
+            ledger_changed = true;
+        }
+        if slot_fallback.is_some() {
+            // Write the state used over the damaged slot, so the next open does not report
+            // the same fallback again.
+            ledger_changed = true;
+            let cut = metrics.ledger_fallback_cut_records.load(Ordering::Relaxed);
+            tracing::error!(
+                dir = %dir.display(),
+                cut_records = cut,
+                resume_checkpoint = %printable(ledger.checkpoint.as_deref()),
+                "the log recovered from the older ledger slot: cut_records flushed records past its durable ends are gone (see the lines above for each partition), and the source must resume from resume_checkpoint; if the source was told a later position was durable (the damaged slot's), the changes between the two are lost"
+            );
         }
         let ledger_file = Mutex::new(ledger_file);
         if ledger_changed {
@@ -200,10 +384,14 @@ impl Log {
         } else {
             None
         };
+        // Every handle given out shares `user`; the background threads' handles do not.
+        let user = Arc::new(super::UserHandle);
         let inner = Arc::new(LogInner {
+            users: Arc::downgrade(&user),
             watcher,
             dir,
-            _lock: lock_,
+            dir_lock: Mutex::new(lock_),
+            threads: Mutex::new(Vec::new()),
             options,
             topics: RwLock::new(topics),
             ledger: Mutex::new(ledger),
@@ -222,18 +410,31 @@ impl Log {
             stop: Arc::new((Mutex::new(false), Condvar::new())),
         });
         if !read_only {
+            let mut threads = Vec::new();
             if let Some(every) = inner.options.maintenance_interval {
-                spawn_maintenance(Arc::downgrade(&inner), inner.stop.clone(), every);
+                threads.extend(spawn_maintenance(
+                    Arc::downgrade(&inner),
+                    inner.stop.clone(),
+                    every,
+                ));
             }
             if let FlushPolicy::Threshold {
                 interval: Some(every),
                 ..
             } = inner.options.flush_policy
             {
-                spawn_flusher(Arc::downgrade(&inner), inner.stop.clone(), every);
+                threads.extend(spawn_flusher(
+                    Arc::downgrade(&inner),
+                    inner.stop.clone(),
+                    every,
+                ));
             }
+            *crate::partition::lock(&inner.threads) = threads;
         }
-        Ok(Log { inner })
+        Ok(Log {
+            inner,
+            user: Some(user),
+        })
     }
 
     /// Opens an existing log for reading only, from any process, also while a writer

@@ -55,9 +55,14 @@ impl Log {
                 {
                     continue;
                 }
-                if let Some(t) =
-                    open_topic(&td, &name, &state, &self.inner.options, &self.inner.metrics)?
-                {
+                if let Some(t) = open_topic(
+                    &td,
+                    &name,
+                    &state,
+                    &self.inner.options,
+                    &self.inner.metrics,
+                    None,
+                )? {
                     self.inner
                         .topics
                         .write()

@@ -45,6 +45,34 @@ pub struct RecoveryReport {
     /// Set when `accept_damaged_tail` let open cut the ledger's durable end back.
     pub durable_end_cut_to: Option<u64>,
     pub log_start_moved_to: Option<u64>,
+    /// With `measure_cut`: the offset after the last record of the gapless valid batches
+    /// found from the durable end on, before they were cut (`durable end..this` were on
+    /// disk and went). Measured when the ledger fell back to its older slot, to say what
+    /// that cost.
+    pub valid_end_before_cut: Option<u64>,
+}
+
+/// The offset after the gapless valid batches that continue the partition from its
+/// segments' start through `d` and beyond it (segments in `bases`, scanned whole and
+/// read only). `d` itself when nothing valid follows it.
+fn valid_end_past(dir: &Path, bases: &[u64], d: u64) -> Result<u64> {
+    let Some(first) = bases.partition_point(|&b| b <= d).checked_sub(1) else {
+        return Ok(d);
+    };
+    let mut next = None::<u64>;
+    for &b in &bases[first..] {
+        if next.is_some_and(|n| n != b) {
+            break;
+        }
+        let f = SegmentFile::open_read_only(dir.join(crate::segment::log_file_name(b)), b)?;
+        let size = f.len()?;
+        let (_, _, end, stop) = scan_segment(&f, size, u64::MAX, true)?;
+        next = Some(end);
+        if stop.is_some() {
+            break;
+        }
+    }
+    Ok(next.unwrap_or(d).max(d))
 }
 
 /// Segment base offsets in a partition directory, sorted; with `clean`, removes leftover
@@ -137,12 +165,15 @@ impl Partition {
     /// `read_only`: changes nothing on disk (no cut, no delete, no index written); the
     /// partition ends at the ledger's durable end; files past it or below the log start are
     /// ignored (another process may be writing them).
+    /// `measure_cut`: also measure what the cut past the durable end removes
+    /// (`RecoveryReport::valid_end_before_cut`; reads the whole active segment).
     pub fn open(
         topic: &str,
         id: u32,
         dir: PathBuf,
         mark: PartitionMark,
         options: &LogOptions,
+        measure_cut: bool,
     ) -> Result<(Partition, RecoveryReport)> {
         let LogOptions {
             accept_damaged_tail,
@@ -166,6 +197,9 @@ impl Partition {
         };
         let mut bases = list_bases(&dir, !read_only)?;
         let (pool, mut changed_dir) = recycle::load(&dir, recycle_limit, read_only)?;
+        if measure_cut {
+            report.valid_end_before_cut = Some(valid_end_past(&dir, &bases, d)?);
+        }
         // Segments created after the last flush.
         while bases.last().is_some_and(|&b| b > d) {
             let b = bases.pop().unwrap_or_default();
