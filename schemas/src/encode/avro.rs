@@ -22,7 +22,8 @@
 use crate::encode::config::BinaryHandlingMode;
 use crate::encode::connect::{ColumnPlan, Conv};
 use crate::encode::convert::{self, mismatch, ValueError};
-use crate::encode::json::{self, unchanged_not_representable};
+use crate::encode::hidden::{self, Hidden};
+use crate::encode::json::{self, nested_error, raw_error, unchanged_not_representable};
 use crate::encode::temporal;
 use crate::encode::writer::{Field, FormatWriter, IdsMissing};
 use crate::value::{Row, Value};
@@ -107,8 +108,11 @@ pub(crate) fn write_value(
     v: &Value,
     placeholder: &str,
 ) -> Result<(), ValueError> {
-    if let Value::Unchanged = v {
-        return write_placeholder(buf, conv, placeholder);
+    match v {
+        Value::Unchanged => return write_placeholder(buf, conv, placeholder),
+        // Avro has no place for a value outside its schema: no nesting either.
+        Value::Raw(r) => return Err(raw_error(&r.typed)),
+        _ => {}
     }
     match conv {
         Conv::Bool => match v {
@@ -235,30 +239,22 @@ pub(crate) fn write_value(
         },
         Conv::Array(inner) => match v {
             Value::Array(items) => {
+                if !matches!(**inner, Conv::Array(_))
+                    && items.iter().any(|v| matches!(v, Value::Array(_)))
+                {
+                    return Err(nested_error());
+                }
                 // Array elements are optional: union ["null", T].
-                let item_to_avro = |buf: &mut Vec<u8>, item: &Value| -> Result<(), ValueError> {
-                    if item.is_null() {
-                        write_long(buf, 0);
-                        Ok(())
-                    } else {
-                        write_long(buf, 1);
-                        write_value(buf, inner, item, placeholder)
-                    }
-                };
-                match super::connect::flattened(inner, items) {
-                    Some(flat) if !flat.is_empty() => {
-                        write_long(buf, flat.len() as i64);
-                        for item in flat {
-                            item_to_avro(buf, item)?;
+                if !items.is_empty() {
+                    write_long(buf, items.len() as i64);
+                    for item in items {
+                        if item.is_null() {
+                            write_long(buf, 0);
+                        } else {
+                            write_long(buf, 1);
+                            write_value(buf, inner, item, placeholder)?;
                         }
                     }
-                    None if !items.is_empty() => {
-                        write_long(buf, items.len() as i64);
-                        for item in items {
-                            item_to_avro(buf, item)?;
-                        }
-                    }
-                    _ => {}
                 }
                 write_long(buf, 0);
             }
@@ -290,9 +286,11 @@ pub(crate) fn write_row<'p>(
     plans: &'p [ColumnPlan],
     row: &Row,
     placeholder: &str,
+    hidden: &mut Hidden<'_>,
 ) -> Result<(), (&'p ColumnPlan, ValueError)> {
     for p in plans {
         let v = row.0.get(p.index).unwrap_or(&Value::Null);
+        let start = buf.len();
         if p.optional {
             if v.is_null() {
                 buf.push(0);
@@ -302,7 +300,41 @@ pub(crate) fn write_row<'p>(
         } else if v.is_null() {
             return Err((p, ValueError::NullInRequired));
         }
-        write_value(buf, &p.conv, v, placeholder).map_err(|e| (p, e))?;
+        if let Err(e) = write_value(buf, &p.conv, v, placeholder) {
+            carry_hidden(buf, start, p, v, e, placeholder, hidden)?;
+        }
+    }
+    Ok(())
+}
+
+/// A value `write_row` could not write (see `json::carry_hidden`); `start` is before its
+/// union branch.
+#[cold]
+#[inline(never)]
+fn carry_hidden<'p>(
+    buf: &mut Vec<u8>,
+    start: usize,
+    p: &'p ColumnPlan,
+    v: &Value,
+    e: ValueError,
+    placeholder: &str,
+    hidden: &mut Hidden<'_>,
+) -> Result<(), (&'p ColumnPlan, ValueError)> {
+    let ValueError::Unrepresentable { reason, .. } = e else {
+        return Err((p, e));
+    };
+    if !hidden.note(p, v, reason) {
+        return Err((p, e));
+    }
+    buf.truncate(start);
+    match hidden::stand_in(&p.conv, v, p.optional, placeholder) {
+        None => buf.push(0),
+        Some(s) => {
+            if p.optional {
+                buf.push(2);
+            }
+            write_value(buf, &p.conv, &s, placeholder).map_err(|e| (p, e))?;
+        }
     }
     Ok(())
 }
@@ -388,8 +420,9 @@ impl FormatWriter for AvroWriter {
         plans: &'p [ColumnPlan],
         row: &Row,
         placeholder: &str,
+        hidden: &mut Hidden<'_>,
     ) -> Result<(), (&'p ColumnPlan, ValueError)> {
-        write_row(out, plans, row, placeholder)
+        write_row(out, plans, row, placeholder, hidden)
     }
 
     #[inline]
