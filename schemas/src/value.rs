@@ -10,7 +10,7 @@
 //! be passed off as NULL or as a real value downstream.
 //!
 //! [`Value::Raw`] is a valid database value that the model, or some record formats, cannot
-//! hold exactly (a Postgres timestamp after 292277 AD, a multi-dimensional array in an
+//! hold exactly (a Postgres timestamp after 294247 AD, a multi-dimensional array in an
 //! array column): it keeps the database's own text beside the closest typed form, so the
 //! encoder can carry the text in a record header where the record itself cannot.
 

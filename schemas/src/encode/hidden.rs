@@ -57,7 +57,7 @@ pub enum HiddenReason {
     NumericSpecial,
     /// An unchanged TOASTed value whose type has no placeholder form.
     UnchangedToast,
-    /// Outside the range the model or the field type holds (timestamps after 292277 AD,
+    /// Outside the range the model or the field type holds (timestamps after 294247 AD,
     /// `BIGINT UNSIGNED` above `i64::MAX` in `long` mode).
     OutOfRange,
     /// A multi-dimensional array in a one-level array field.

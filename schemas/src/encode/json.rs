@@ -365,7 +365,7 @@ pub(crate) fn raw_error(typed: &Value) -> ValueError {
         Value::Array(_) => nested_error(),
         _ => ValueError::unrepresentable(
             HiddenReason::OutOfRange,
-            "the value is outside the range the data model holds (e.g. a timestamp after 292277 AD)",
+            "the value is outside the range the data model holds (e.g. a timestamp after 294247 AD)",
         ),
     }
 }
