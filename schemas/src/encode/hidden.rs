@@ -31,6 +31,7 @@ use std::sync::Arc;
 
 use crate::decimal::Decimal;
 use crate::encode::connect::{ColumnPlan, Conv};
+use crate::encode::convert::ValueError;
 use crate::value::Value;
 
 /// Prefix of the header keys this module writes.
@@ -208,6 +209,52 @@ impl Hidden<'_> {
             out.push_hidden(self.table, self.image, &plan.name, v, reason);
         }
         true
+    }
+}
+
+/// Whether the failure `e` to write `v` is one this module carries, and why.
+pub(crate) fn reason(conv: &Conv, v: &Value, e: &ValueError) -> Option<HiddenReason> {
+    if let ValueError::Unrepresentable { reason, .. } = e {
+        return Some(*reason);
+    }
+    match (conv, v) {
+        (_, Value::Raw(r)) => Some(typed_reason(&r.typed)),
+        (Conv::Array(inner), Value::Array(items)) if !matches!(**inner, Conv::Array(_)) => items
+            .iter()
+            .any(|i| matches!(i, Value::Array(_)))
+            .then_some(HiddenReason::NestedArray),
+        _ => None,
+    }
+}
+
+/// Why a [`Value::Raw`] with this typed form cannot be written: no typed form (out of
+/// range), or an array holding one, or a multi-dimensional array.
+fn typed_reason(typed: &Value) -> HiddenReason {
+    fn has_raw(v: &Value) -> bool {
+        match v {
+            Value::Raw(_) => true,
+            Value::Array(items) => items.iter().any(has_raw),
+            _ => false,
+        }
+    }
+    match typed {
+        Value::Array(_) if !has_raw(typed) => HiddenReason::NestedArray,
+        _ => HiddenReason::OutOfRange,
+    }
+}
+
+/// The error `fail` mode stops with, for `v` that failed with `e`.
+pub(crate) fn fail_error(v: &Value, e: ValueError) -> ValueError {
+    match (v, &e) {
+        (_, ValueError::Unrepresentable { .. }) => e,
+        (Value::Raw(r), _) => ValueError::unrepresentable(
+            typed_reason(&r.typed),
+            match typed_reason(&r.typed) {
+                HiddenReason::NestedArray => "a multi-dimensional array in an array column: the field's schema has one level",
+                _ => "the value is outside the range the data model holds (e.g. a timestamp after 294247 AD)",
+            },
+        ),
+        _ => e,
     }
 }
 

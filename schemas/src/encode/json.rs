@@ -153,15 +153,10 @@ pub(crate) fn write_value(
     v: &Value,
     ctx: &ValueCtx<'_>,
 ) -> Result<(), ValueError> {
-    match v {
-        Value::Unchanged => return write_placeholder(buf, conv, ctx.placeholder),
-        Value::Raw(r) => {
-            return match &r.typed {
-                Value::Array(_) if ctx.nest_arrays => write_value(buf, conv, &r.typed, ctx),
-                typed => Err(raw_error(typed)),
-            }
-        }
-        _ => {}
+    // A `Value::Raw` fits no arm below: its mismatch error takes `carry_hidden`'s cold
+    // path, which keeps the hot path free of the check.
+    if let Value::Unchanged = v {
+        return write_placeholder(buf, conv, ctx.placeholder);
     }
     match conv {
         Conv::Bool => match v {
@@ -311,15 +306,7 @@ pub(crate) fn write_value(
             other => return Err(mismatch("Bits", other)),
         },
         Conv::Array(inner) => match v {
-            Value::Array(items) => {
-                if !matches!(**inner, Conv::Array(_))
-                    && items.iter().any(|v| matches!(v, Value::Array(_)))
-                    && !ctx.nest_arrays
-                {
-                    return Err(nested_error());
-                }
-                write_items(buf, inner, items, ctx)?;
-            }
+            Value::Array(items) => write_items(buf, inner, items, ctx)?,
             other => return Err(mismatch("Array", other)),
         },
     }
@@ -341,6 +328,9 @@ fn write_items(
         match item {
             Value::Null => buf.extend_from_slice(b"null"),
             Value::Array(sub) if !matches!(inner, Conv::Array(_)) => {
+                if !ctx.nest_arrays {
+                    return Err(nested_error());
+                }
                 write_items(buf, inner, sub, ctx)?
             }
             item => write_value(buf, inner, item, ctx)?,
@@ -358,18 +348,6 @@ pub(crate) fn nested_error() -> ValueError {
     )
 }
 
-/// Why a [`Value::Raw`] cannot be written: its typed form is missing or nests.
-#[cold]
-pub(crate) fn raw_error(typed: &Value) -> ValueError {
-    match typed {
-        Value::Array(_) => nested_error(),
-        _ => ValueError::unrepresentable(
-            HiddenReason::OutOfRange,
-            "the value is outside the range the data model holds (e.g. a timestamp after 294247 AD)",
-        ),
-    }
-}
-
 /// A value `write_row` could not write: carried by a header with its stand-in in the
 /// record (see `hidden.rs`), unless the mode (or the kind of error) says to stop. `start`
 /// is where the value began; whatever was written of it is dropped.
@@ -384,13 +362,22 @@ fn carry_hidden<'p>(
     ctx: &ValueCtx<'_>,
     hidden: &mut Hidden<'_>,
 ) -> Result<(), (&'p ColumnPlan, ValueError)> {
-    let ValueError::Unrepresentable { reason, .. } = e else {
+    buf.truncate(start);
+    if let Value::Raw(r) = v {
+        // Schemaless JSON can hold a multi-dimensional array as it is.
+        if ctx.nest_arrays && matches!(r.typed, Value::Array(_)) {
+            if write_value(buf, &p.conv, &r.typed, ctx).is_ok() {
+                return Ok(());
+            }
+            buf.truncate(start);
+        }
+    }
+    let Some(reason) = hidden::reason(&p.conv, v, &e) else {
         return Err((p, e));
     };
     if !hidden.note(p, v, reason) {
-        return Err((p, e));
+        return Err((p, hidden::fail_error(v, e)));
     }
-    buf.truncate(start);
     match hidden::stand_in(&p.conv, v, p.optional, ctx.placeholder) {
         None => buf.extend_from_slice(b"null"),
         Some(s) => write_value(buf, &p.conv, &s, ctx).map_err(|e| (p, e))?,

@@ -359,6 +359,7 @@ impl Encoder {
         self.encode_key_into(ev, out, None)
     }
 
+    #[inline]
     pub(crate) fn encode_key_into(
         &self,
         ev: &ChangeEvent,
@@ -421,6 +422,7 @@ impl Encoder {
         self.encode_value_into(ev, processed_at_ns, out, None)
     }
 
+    #[inline]
     pub(crate) fn encode_value_into(
         &self,
         ev: &ChangeEvent,
@@ -486,6 +488,7 @@ impl Encoder {
     }
 
     /// Where a row's hidden values go.
+    #[inline]
     fn hidden<'a>(&'a self, image: Image, out: Option<&'a mut HeaderBuf>) -> Hidden<'a> {
         Hidden {
             mode: self.config.unrepresentable_handling_mode,
