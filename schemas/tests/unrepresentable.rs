@@ -270,3 +270,47 @@ fn string_mode_carries_nan_itself() {
     let v: J = serde_json::from_slice(recs[0].value.as_ref().unwrap()).unwrap();
     assert_eq!(v["after"]["n"], "NaN");
 }
+
+#[test]
+fn timestamps_beyond_the_microsecond_range_are_exact_where_the_field_can_hold_them() {
+    use ColumnType as T;
+    let t = Arc::new(
+        TableSchema::new(
+            TableId::new("public", "late"),
+            vec![
+                Column::new("id", T::Int64, "int8").not_null(),
+                Column::new("tstz", T::TimestampTz { precision: None }, "timestamptz"),
+                Column::new("ts3", T::Timestamp { precision: Some(3) }, "timestamp(3)"),
+                Column::new("ts", T::Timestamp { precision: None }, "timestamp"),
+            ],
+            &["id"],
+        )
+        .unwrap(),
+    );
+    let row = Row::new(vec![
+        Value::Int64(1),
+        Value::raw("294276-12-31 23:59:59.5+00", Value::Null),
+        Value::raw("294276-12-31 23:59:59.999", Value::Null),
+        Value::raw("294276-12-31 23:59:59.999999", Value::Null),
+    ]);
+    let ev = ChangeEvent::create(t.clone(), row, pg_pos(), SRC_TS_MS).unwrap();
+    for f in [JSON, JSON_SCHEMA, AVRO] {
+        let enc = encoder(&pg_config(f), &t);
+        let recs = enc.records(&ev, NOW_NS).unwrap();
+        let v = payload(f, &enc, recs[0].value.as_ref().unwrap());
+        // As Debezium 3.6.3 writes them (tests/golden).
+        assert_eq!(
+            v["after"]["tstz"], "+294276-12-31T23:59:59.500000Z",
+            "{f:?}"
+        );
+        assert_eq!(v["after"]["ts3"], json!(9_224_318_015_999_999i64), "{f:?}");
+        assert_eq!(v["after"]["ts"], J::Null, "{f:?}: MicroTimestamp cannot");
+        assert_eq!(
+            headers(&recs[0]),
+            vec![h(
+                "cdc.unrepresentable.after.ts",
+                "294276-12-31 23:59:59.999999"
+            )]
+        );
+    }
+}

@@ -122,7 +122,8 @@ async fn hidden_values_travel_in_headers(format: &str) {
     assert_eq!(a["nn"], json!({"scale": 0, "value": "AA=="}));
     assert_eq!(a["n2"], Json::Null);
     assert_eq!(a["ts"], Json::Null);
-    assert_eq!(a["tstz"], Json::Null);
+    // A ZonedTimestamp string holds any year: exact, as Debezium, no header.
+    assert_eq!(a["tstz"], "+294276-12-31T23:59:59.500000Z");
     assert_eq!(
         hs,
         vec![
@@ -132,10 +133,6 @@ async fn hidden_values_travel_in_headers(format: &str) {
             h(
                 "cdc.unrepresentable.after.ts",
                 "294276-12-31 23:59:59.999999"
-            ),
-            h(
-                "cdc.unrepresentable.after.tstz",
-                "294276-12-31 23:59:59.5+00"
             ),
         ],
         "{format}"
@@ -149,11 +146,14 @@ async fn hidden_values_travel_in_headers(format: &str) {
     );
     assert_eq!(payload(&v)["after"]["ts"], json!(1_704_067_200_000_000i64));
     assert_eq!(
+        payload(&v)["after"]["tstz"],
+        "+294276-01-01T00:00:00.000000Z"
+    );
+    assert_eq!(
         hs,
         vec![
             h("cdc.unrepresentable.after.n", "-Infinity"),
             h("cdc.unrepresentable.after.nn", "NaN"),
-            h("cdc.unrepresentable.after.tstz", "294276-01-01 00:00:00+00"),
         ],
         "{format}"
     );
@@ -172,11 +172,9 @@ async fn hidden_values_travel_in_headers(format: &str) {
             "cdc.unrepresentable.before.nn",
             "cdc.unrepresentable.before.n2",
             "cdc.unrepresentable.before.ts",
-            "cdc.unrepresentable.before.tstz",
             "cdc.unrepresentable.after.nn",
             "cdc.unrepresentable.after.n2",
             "cdc.unrepresentable.after.ts",
-            "cdc.unrepresentable.after.tstz",
         ]
     );
 

@@ -318,13 +318,19 @@ fn carry_hidden<'p>(
     placeholder: &str,
     hidden: &mut Hidden<'_>,
 ) -> Result<(), (&'p ColumnPlan, ValueError)> {
+    buf.truncate(start);
+    if let Some((conv, exact)) = hidden::exact_form(&p.conv, v) {
+        if p.optional {
+            buf.push(2);
+        }
+        return write_value(buf, &conv, &exact, placeholder).map_err(|e| (p, e));
+    }
     let Some(reason) = hidden::reason(&p.conv, v, &e) else {
         return Err((p, e));
     };
     if !hidden.note(p, v, reason) {
         return Err((p, hidden::fail_error(v, e)));
     }
-    buf.truncate(start);
     match hidden::stand_in(&p.conv, v, p.optional, placeholder) {
         None => buf.push(0),
         Some(s) => {

@@ -58,7 +58,8 @@ pub enum HiddenReason {
     NumericSpecial,
     /// An unchanged TOASTed value whose type has no placeholder form.
     UnchangedToast,
-    /// Outside the range the model or the field type holds (timestamps after 294247 AD,
+    /// Outside the range the model or the field type holds (microsecond timestamps after
+    /// 294247 AD,
     /// `BIGINT UNSIGNED` above `i64::MAX` in `long` mode).
     OutOfRange,
     /// A multi-dimensional array in a one-level array field.
@@ -209,6 +210,33 @@ impl Hidden<'_> {
             out.push_hidden(self.table, self.image, &plan.name, v, reason);
         }
         true
+    }
+}
+
+/// A [`Value::Raw`] that a field carries exactly after all, as a value of another plan
+/// with the same representation: a timestamp after 294247 AD as a `ZonedTimestamp` string
+/// or in milliseconds (`Timestamp`, `time.precision.mode=connect` or precision ≤ 3), as
+/// Debezium carries them. (The microsecond forms cannot: those are hidden.)
+pub(crate) fn exact_form(conv: &Conv, v: &Value) -> Option<(Conv, Value)> {
+    let Value::Raw(r) = v else { return None };
+    if !r.typed.is_null() {
+        return None;
+    }
+    use crate::encode::temporal;
+    match conv {
+        Conv::ZonedTimestamp { frac } => {
+            let parts = temporal::parse_wide_timestamp(&r.text, true)
+                .or_else(|| temporal::parse_wide_timestamp(&r.text, false))?;
+            let mut b = Vec::with_capacity(40);
+            temporal::push_zoned_parts(&mut b, parts, *frac);
+            Some((Conv::Text, Value::Text(String::from_utf8(b).ok()?)))
+        }
+        Conv::TimestampMillis => {
+            let parts = temporal::parse_wide_timestamp(&r.text, true)
+                .or_else(|| temporal::parse_wide_timestamp(&r.text, false))?;
+            Some((Conv::Int64, Value::Int64(temporal::parts_millis(parts)?)))
+        }
+        _ => None,
     }
 }
 

@@ -363,6 +363,9 @@ fn carry_hidden<'p>(
     hidden: &mut Hidden<'_>,
 ) -> Result<(), (&'p ColumnPlan, ValueError)> {
     buf.truncate(start);
+    if let Some((conv, exact)) = hidden::exact_form(&p.conv, v) {
+        return write_value(buf, &conv, &exact, ctx).map_err(|e| (p, e));
+    }
     if let Value::Raw(r) = v {
         // Schemaless JSON can hold a multi-dimensional array as it is.
         if ctx.nest_arrays && matches!(r.typed, Value::Array(_)) {
