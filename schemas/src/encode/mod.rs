@@ -359,7 +359,7 @@ impl Encoder {
         self.encode_key_into(ev, out, None)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn encode_key_into(
         &self,
         ev: &ChangeEvent,
@@ -422,7 +422,7 @@ impl Encoder {
         self.encode_value_into(ev, processed_at_ns, out, None)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn encode_value_into(
         &self,
         ev: &ChangeEvent,
@@ -594,20 +594,10 @@ impl Encoder {
         source::write_transaction(w, out, ev.tx.as_ref());
         w.field(out, field!("op"));
         w.symbol(out, op.code());
-        let times = |o: &mut Vec<u8>| {
-            for (f, t) in [
-                (field!("ts_ms"), now_ns.div_euclid(1_000_000)),
-                (field!("ts_us"), now_ns.div_euclid(1_000)),
-                (field!("ts_ns"), now_ns),
-            ] {
-                w.field(o, f);
-                w.opt_long(o, Some(t));
-            }
-        };
         if W::MEMOIZE {
-            memo::times(now_ns, out, times);
+            memo::times(now_ns, out, |o| write_times(w, o, now_ns));
         } else {
-            times(out);
+            write_times(w, out, now_ns);
         }
         w.end_struct(out);
         w.close_value(out);
@@ -615,7 +605,7 @@ impl Encoder {
     }
 
     /// An envelope's `before` or `after`: the row, or NULL.
-    #[inline]
+    #[inline(always)]
     fn write_opt_row<W: FormatWriter>(
         &self,
         w: &W,
@@ -677,6 +667,19 @@ impl Encoder {
         w.end_struct(out);
         w.close_value(out);
         Ok(())
+    }
+}
+
+/// The envelope's `ts_ms`, `ts_us`, `ts_ns`: when the connector processed the event.
+#[inline(always)]
+fn write_times<W: FormatWriter>(w: &W, o: &mut Vec<u8>, now_ns: i64) {
+    for (f, t) in [
+        (field!("ts_ms"), now_ns.div_euclid(1_000_000)),
+        (field!("ts_us"), now_ns.div_euclid(1_000)),
+        (field!("ts_ns"), now_ns),
+    ] {
+        w.field(o, f);
+        w.opt_long(o, Some(t));
     }
 }
 

@@ -33,6 +33,7 @@ fn push_2(buf: &mut Vec<u8>, v: u32) {
 }
 
 /// `java.time` year: at least 4 digits; `+` when more than 4, `-` when negative.
+#[inline(always)]
 fn push_year(buf: &mut Vec<u8>, y: i64) {
     let mut ib = itoa::Buffer::new();
     if y < 0 {
