@@ -346,6 +346,11 @@ impl Config {
             &f.interval_handling_mode,
             &["numeric", "string"],
         )?;
+        one_of(
+            "format.unrepresentable_handling_mode",
+            &f.unrepresentable_handling_mode,
+            &["header", "fail"],
+        )?;
         one_of("format.schema_change", &f.schema_change, &["stop", "force"])?;
         Ok(())
     }

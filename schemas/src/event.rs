@@ -249,6 +249,12 @@ impl ChangeEvent {
                         + BLOCK
                         + a.iter().map(heap).sum::<usize>()
                 }
+                Value::Raw(r) => {
+                    std::mem::size_of::<crate::value::RawValue>()
+                        + r.text.capacity()
+                        + 2 * BLOCK
+                        + heap(&r.typed)
+                }
                 _ => 0,
             }
         }

@@ -36,4 +36,4 @@ pub use event::{ChangeEvent, LogicalMessage, Op, SnapshotMarker, TransactionInfo
 pub use gtid::{GtidSet, MariaGtid};
 pub use position::{Checkpoint, Lsn, MySqlPosition, PgPosition, SourcePosition};
 pub use table::{Column, ColumnType, TableId, TableSchema};
-pub use value::{Row, Value};
+pub use value::{RawValue, Row, Value};

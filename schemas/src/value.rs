@@ -8,6 +8,11 @@
 //! [`Value::Null`] is SQL NULL. [`Value::Unchanged`] is different: the source did not
 //! send the value (a Postgres TOASTed column that an UPDATE did not touch). It must never
 //! be passed off as NULL or as a real value downstream.
+//!
+//! [`Value::Raw`] is a valid database value that the model, or some record formats, cannot
+//! hold exactly (a Postgres timestamp after 294247 AD, a multi-dimensional array in an
+//! array column): it keeps the database's own text beside the closest typed form, so the
+//! encoder can carry the text in a record header where the record itself cannot.
 
 use crate::decimal::Decimal;
 
@@ -64,6 +69,29 @@ pub enum Value {
     /// Elements of an array. A multi-dimensional array nests arrays; NULL elements are
     /// [`Value::Null`].
     Array(Vec<Value>),
+    /// A value only partly representable: see [`RawValue`]. Boxed: rare, and it keeps
+    /// `Value` small.
+    Raw(Box<RawValue>),
+}
+
+/// The database's own text of a value, with the closest typed form the model has.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawValue {
+    /// The value as the database printed it (`294276-12-31 23:59:59`, `{{1,2},{3,4}}`).
+    pub text: String,
+    /// The typed form where the model has one (a multi-dimensional array as nested
+    /// [`Value::Array`]s), else [`Value::Null`] (the value does not fit the model).
+    pub typed: Value,
+}
+
+impl Value {
+    /// A value the model cannot hold, kept as the database's text.
+    pub fn raw(text: impl Into<String>, typed: Value) -> Value {
+        Value::Raw(Box::new(RawValue {
+            text: text.into(),
+            typed,
+        }))
+    }
 }
 
 impl Value {

@@ -265,14 +265,22 @@ fn unchanged_toast_uses_the_placeholder() {
     let v = value_everywhere(custom, &ev);
     assert_eq!(v["after"]["txt"], "<toast>");
 
-    // A type with no placeholder form is an error, not a NULL.
+    // A type with no string/bytes placeholder form: Debezium's int-array placeholder (the
+    // placeholder's bytes) in the record, its header in tests/unrepresentable.rs; with
+    // `fail`, an error, never a NULL.
     let mut after = typical_row();
     after.0[24] = Value::Unchanged; // int4[]
     let ev = cdc_schemas::ChangeEvent::update(t.clone(), None, after, pg_pos(), 1).unwrap();
+    let v = value_everywhere(pg_config, &ev);
+    let placeholder: Vec<J> = b"__debezium_unavailable_value"
+        .iter()
+        .map(|b| json!(b))
+        .collect();
+    assert_eq!(v["after"]["iarr"], J::Array(placeholder));
     for f in [JSON, AVRO] {
-        let e = value_error(&pg_config(f), &ev);
+        let e = value_error(&fail_config(f), &ev);
         assert!(
-            matches!(&e, EncodeError::Value { column, reason: ValueError::NotRepresentable(_), .. } if column == "iarr"),
+            matches!(&e, EncodeError::Value { column, reason: ValueError::Unrepresentable { .. }, .. } if column == "iarr"),
             "{e}"
         );
         assert!(e.to_string().contains("REPLICA IDENTITY FULL"));
@@ -280,7 +288,7 @@ fn unchanged_toast_uses_the_placeholder() {
 }
 
 #[test]
-fn multi_dimensional_arrays_are_flattened_in_row_major_order() {
+fn multi_dimensional_arrays_keep_their_nesting_where_the_format_can() {
     // Postgres does not fix an array column's dimensions: int4[] may hold {{1,2},{3,NULL}}.
     let t = all_types_table();
     let mut row = typical_row();
@@ -289,13 +297,31 @@ fn multi_dimensional_arrays_are_flattened_in_row_major_order() {
         Value::Array(vec![i(1), i(2)]),
         Value::Array(vec![i(3), Value::Null]),
     ]);
-    let v = value_everywhere(pg_config, &create(&t, row));
-    assert_eq!(v["after"]["iarr"], json!([1, 2, 3, null]));
+    let ev = create(&t, row);
+    // Schemaless JSON has no schema to disagree with: the exact nesting.
+    let e = encoder(&pg_config(JSON), &t);
+    let mut b = Vec::new();
+    e.encode_value_at(&ev, NOW_NS, &mut b).unwrap();
+    let v: J = serde_json::from_slice(&b).unwrap();
+    assert_eq!(v["after"]["iarr"], json!([[1, 2], [3, null]]));
+    // The schema says one level: Debezium's one null per sub-array (the exact value is in
+    // a header, tests/unrepresentable.rs).
+    for f in [JSON_SCHEMA, AVRO] {
+        let e = encoder(&pg_config(f), &t);
+        let mut b = Vec::new();
+        e.encode_value_at(&ev, NOW_NS, &mut b).unwrap();
+        let v = match f {
+            AVRO => decode_avro(e.avro_value_schema(), &b, 8),
+            _ => serde_json::from_slice::<J>(&b).unwrap()["payload"].clone(),
+        };
+        assert_eq!(v["after"]["iarr"], json!([null, null]), "{f:?}");
+    }
 }
 
 #[test]
 fn values_that_do_not_fit_are_errors_naming_the_column() {
     let t = all_types_table();
+    // (`fail` mode: by default the first and last are carried in headers instead.)
     let cases: Vec<(usize, Value, &str)> = vec![
         (6, Value::Decimal(Decimal::NaN), "decimal.handling.mode"),
         (6, dec("1.234"), "declared scale"),
@@ -316,7 +342,7 @@ fn values_that_do_not_fit_are_errors_naming_the_column() {
         row.0[i] = v;
         let ev = create(&t, row);
         for f in [JSON, JSON_SCHEMA, AVRO] {
-            let e = value_error(&pg_config(f), &ev);
+            let e = value_error(&fail_config(f), &ev);
             let s = e.to_string();
             assert!(s.contains(msg), "{s}");
             assert!(s.contains(&format!("{:?}", t.columns[i].name)), "{s}");
@@ -357,8 +383,11 @@ fn decimal_modes() {
     let v = value_everywhere(double, &ev);
     assert_eq!(v["after"]["dec"], 1234.5);
     assert_eq!(v["after"]["vdec"], "NaN");
-    // Precise: NaN in an unconstrained numeric cannot be carried.
-    let e = value_error(&pg_config(JSON), &ev);
+    // Precise: NaN in an unconstrained numeric cannot be carried: null, as Debezium (the
+    // header is in tests/unrepresentable.rs), or with `fail` an error.
+    let v = value_everywhere(pg_config, &ev);
+    assert_eq!(v["after"]["vdec"], J::Null);
+    let e = value_error(&fail_config(JSON), &ev);
     assert!(e.to_string().contains("\"vdec\""), "{e}");
 }
 

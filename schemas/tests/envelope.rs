@@ -254,10 +254,16 @@ fn key_change_is_delete_tombstone_create_with_headers() {
         let mut k2 = Vec::new();
         e.encode_key_of_row(&small_row(2, None), &mut k2);
         assert_eq!(recs[0].key.as_ref(), Some(&k1));
-        assert_eq!(recs[0].headers, vec![(HEADER_NEW_KEY, k2.clone())]);
+        assert_eq!(
+            recs[0].headers,
+            vec![(HEADER_NEW_KEY.to_string(), k2.clone())]
+        );
         assert_eq!(recs[1].key.as_ref(), Some(&k1));
         assert_eq!(recs[2].key.as_ref(), Some(&k2));
-        assert_eq!(recs[2].headers, vec![(HEADER_OLD_KEY, k1.clone())]);
+        assert_eq!(
+            recs[2].headers,
+            vec![(HEADER_OLD_KEY.to_string(), k1.clone())]
+        );
         let decode = |b: &[u8]| match format {
             JSON => serde_json::from_slice::<J>(b).unwrap(),
             _ => decode_avro(e.avro_value_schema(), b, 8),

@@ -21,7 +21,7 @@ trap 'bench/pg_up.sh down' EXIT
 psqlq -f "$here/pg_schema.sql"
 # Publications and slots exist before the changes, so both captures stream them (no snapshot).
 psqlq >/dev/null <<'SQL'
-CREATE PUBLICATION golden_default FOR TABLE golden_types, golden_toast, golden_full;
+CREATE PUBLICATION golden_default FOR TABLE golden_types, golden_toast, golden_full, golden_special;
 CREATE PUBLICATION golden_modes FOR TABLE golden_types, golden_toast, golden_full, golden_special;
 SELECT 1 FROM pg_create_logical_replication_slot('golden_default', 'pgoutput');
 SELECT 1 FROM pg_create_logical_replication_slot('golden_modes', 'pgoutput');
@@ -35,7 +35,7 @@ provide.transaction.metadata=true'
 export DUMP_SNAPSHOT_MODE=no_data DUMP_SCHEMAS=true DUMP_PREFIX=golden DUMP_IDLE_S=${DUMP_IDLE_S:-8}
 
 DUMP_OUT="$here/debezium_pg_default.jsonl" DUMP_SLOT=golden_default DUMP_PUBLICATION=golden_default \
-DUMP_TABLES=public.golden_types,public.golden_toast,public.golden_full \
+DUMP_TABLES=public.golden_types,public.golden_toast,public.golden_full,public.golden_special \
 DBZ_EXTRA="$common" bench/debezium_dump.sh
 
 DUMP_OUT="$here/debezium_pg_modes.jsonl" DUMP_SLOT=golden_modes DUMP_PUBLICATION=golden_modes \

@@ -40,6 +40,7 @@ INSERT INTO golden_types (id, c_float4, c_float8, c_date, c_ts, c_tstz)
     VALUES (3, 'Infinity', '-Infinity', 'infinity', 'infinity', '-infinity');
 INSERT INTO golden_types (id) VALUES (4);
 INSERT INTO golden_special VALUES (2, 'Infinity', 12.5, 'Infinity'), (3, '-Infinity', NULL, '-Infinity');
+INSERT INTO golden_special VALUES (4, 1, 1, 1, '294276-12-31 23:59:59.999999', '294276-12-31 23:59:59.5+00');
 
 -- 4. Updates: some columns, then the primary key (delete + tombstone + create), then a
 --    delete (old key only: REPLICA IDENTITY DEFAULT).
@@ -50,8 +51,12 @@ UPDATE golden_special SET c_numeric = 1.25 WHERE id = 1;
 DELETE FROM golden_special WHERE id = 3;
 
 -- 5. TOAST-sized values: ~10 KB of md5 hex (incompressible enough to be stored out of line).
+--    Also an int4[] and a numeric (stored out of line: EXTERNAL), types without a string
+--    placeholder form.
 INSERT INTO golden_toast
-SELECT 1, 0, s, decode(s, 'hex'), jsonb_build_object('k', s), ARRAY[s, 'x']
+SELECT 1, 0, s, decode(s, 'hex'), jsonb_build_object('k', s), ARRAY[s, 'x'],
+       (SELECT array_agg(i ORDER BY i) FROM generate_series(1, 2000) i),
+       translate(s, 'abcdef', '123456')::numeric / 1000
   FROM (SELECT string_agg(md5(i::text), '' ORDER BY i) AS s FROM generate_series(1, 320) i) g;
 INSERT INTO golden_full SELECT * FROM golden_toast;
 

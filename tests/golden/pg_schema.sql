@@ -55,8 +55,12 @@ CREATE TABLE golden_toast (
     big_text  text,
     big_bytea bytea,
     big_jsonb jsonb,
-    big_arr   text[]
+    big_arr   text[],
+    big_ints  int4[],
+    big_num   numeric
 );
+-- Out of line without compression, however compressible the values are.
+ALTER TABLE golden_toast ALTER COLUMN big_ints SET STORAGE EXTERNAL, ALTER COLUMN big_num SET STORAGE EXTERNAL;
 
 -- The same shape with REPLICA IDENTITY FULL: `before` carries the whole old row.
 CREATE TABLE golden_full (
@@ -65,15 +69,22 @@ CREATE TABLE golden_full (
     big_text  text,
     big_bytea bytea,
     big_jsonb jsonb,
-    big_arr   text[]
+    big_arr   text[],
+    big_ints  int4[],
+    big_num   numeric
 );
+-- Out of line without compression, however compressible the values are.
+ALTER TABLE golden_full ALTER COLUMN big_ints SET STORAGE EXTERNAL, ALTER COLUMN big_num SET STORAGE EXTERNAL;
 ALTER TABLE golden_full REPLICA IDENTITY FULL;
 
--- numeric NaN / ±Infinity: not representable as a Connect Decimal, so captured only with
--- decimal.handling.mode = string (capture "modes").
+-- numeric NaN / ±Infinity (not representable as a Connect Decimal: Debezium writes null
+-- in precise mode, the default capture) and timestamps after 294247 AD (beyond a
+-- microsecond int64).
 CREATE TABLE golden_special (
     id        int4 PRIMARY KEY,
     c_numeric numeric,
     c_num_s   numeric(10,2),
-    c_float8  float8
+    c_float8  float8,
+    c_ts      timestamp,
+    c_tstz    timestamptz
 );

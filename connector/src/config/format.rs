@@ -37,6 +37,12 @@ pub struct FormatConfig {
     /// Debezium `tombstones.on.delete`.
     #[serde(default = "default_true")]
     pub tombstones_on_delete: bool,
+    /// A valid value the record format cannot carry (precise-mode numeric NaN, unchanged
+    /// TOAST without a placeholder form, …): "header" (default; Debezium's stand-in in the
+    /// record, the exact text in a `cdc.unrepresentable.<image>.<column>` header, counted
+    /// and warned about) or "fail" (a definite error naming the table and column).
+    #[serde(default = "default_header")]
+    pub unrepresentable_handling_mode: String,
     /// What an incompatible schema change does: "stop" (default; a definite error naming
     /// the table) or "force" (register under compatibility NONE for that subject, loudly).
     #[serde(default = "default_schema_change")]
@@ -58,6 +64,9 @@ fn default_bytes() -> String {
 fn default_numeric() -> String {
     "numeric".into()
 }
+fn default_header() -> String {
+    "header".into()
+}
 fn default_true() -> bool {
     true
 }
@@ -74,6 +83,7 @@ impl Default for FormatConfig {
             binary_handling_mode: default_bytes(),
             interval_handling_mode: default_numeric(),
             tombstones_on_delete: true,
+            unrepresentable_handling_mode: default_header(),
             schema_change: default_schema_change(),
         }
     }

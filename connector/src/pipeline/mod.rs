@@ -50,6 +50,7 @@
 //! `APPEND_CHUNK_BYTES` (1 MiB).
 
 mod encode;
+pub mod hidden;
 pub mod progress;
 pub mod queue;
 pub mod registry;
@@ -89,6 +90,8 @@ pub struct PipelineConfig {
     pub group_commit: Duration,
     /// `source.message_key_columns`.
     pub key_columns: MessageKeyColumns,
+    /// Counts and warns about values carried in headers (shared across attempts).
+    pub hidden: hidden::HiddenValues,
 }
 
 /// Why the pipeline stopped.
@@ -443,6 +446,7 @@ impl Pipeline {
         let mut result = Ok(());
         for p in pieces {
             if result.is_ok() {
+                self.cfg.hidden.report(&p.buf);
                 match append_encoded(&p.topic, &p.buf, job.ts) {
                     Ok((records, bytes)) => {
                         self.stats.records += records;
@@ -497,9 +501,10 @@ fn append_encoded(topic: &Topic, buf: &RecordBuf, ts: i64) -> Result<(u64, u64),
     if buf.is_empty() {
         return Ok((0, 0));
     }
-    // Headers are rare (key changes): one slot per record that has one.
+    // Headers are rare (key changes, values the format cannot carry): a record's are
+    // contiguous, in record order, so each record takes the next `header_count` of them.
     let headers: Vec<HeaderRef<'_>> = (0..buf.len())
-        .filter_map(|i| buf.header(i))
+        .flat_map(|i| buf.headers(i))
         .map(|(key, value)| HeaderRef {
             key,
             value: Some(value),
@@ -508,12 +513,9 @@ fn append_encoded(topic: &Topic, buf: &RecordBuf, ts: i64) -> Result<(u64, u64),
     let mut next_header = 0;
     let records: Vec<NewRecord<'_>> = (0..buf.len())
         .map(|i| {
-            let h: &[HeaderRef<'_>] = if buf.spans[i].header.is_some() {
-                next_header += 1;
-                &headers[next_header - 1..next_header]
-            } else {
-                &[]
-            };
+            let n = buf.header_count(i);
+            let h: &[HeaderRef<'_>] = &headers[next_header..next_header + n];
+            next_header += n;
             NewRecord {
                 key: buf.key(i),
                 value: buf.value(i),
@@ -634,6 +636,7 @@ mod tests {
             group_commit_bytes: 1 << 30,
             group_commit: Duration::from_secs(60),
             key_columns: MessageKeyColumns::default(),
+            hidden: Default::default(),
         }
     }
 
@@ -809,6 +812,7 @@ mod tests {
                 router: TopicRouter::new("t", &[(r"t\.public\.orders_\d+", "t.orders")]).unwrap(),
                 topic_config: TopicConfig::with_partitions(3),
                 key_columns: keys,
+                hidden: Default::default(),
                 ..config()
             },
         );
@@ -892,6 +896,7 @@ mod tests {
             Arc::new(registry),
             PipelineConfig {
                 key_columns: MessageKeyColumns::parse(&["public.a:id,nope".to_string()]).unwrap(),
+                hidden: Default::default(),
                 ..config()
             },
         );

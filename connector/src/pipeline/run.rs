@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use cdc_log::{FlushPolicy, Log};
 use cdc_schemas::encode::{
     BinaryHandlingMode, ConnectorKind, DecimalHandlingMode, EncoderConfig, IntervalHandlingMode,
-    RecordFormat, SourceInfo, TimePrecisionMode,
+    RecordFormat, SourceInfo, TimePrecisionMode, UnrepresentableMode,
 };
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::Checkpoint;
@@ -64,6 +64,10 @@ pub fn encoder_config(config: &Config, kind: ConnectorKind, database: &str) -> E
         _ => IntervalHandlingMode::Numeric,
     };
     c.tombstones_on_delete = f.tombstones_on_delete;
+    c.unrepresentable_handling_mode = match f.unrepresentable_handling_mode.as_str() {
+        "fail" => UnrepresentableMode::Fail,
+        _ => UnrepresentableMode::Header,
+    };
     c
 }
 
@@ -150,6 +154,7 @@ pub async fn run(config: Config) -> ExitCode {
     let mut log_options = config.log.log_options();
     log_options.flush_policy = FlushPolicy::Manual;
 
+    let hidden = super::hidden::HiddenValues::new(&metrics);
     let mut backoff = Duration::from_millis(500);
     let code = loop {
         let started = Instant::now();
@@ -188,6 +193,7 @@ pub async fn run(config: Config) -> ExitCode {
                 group_commit_bytes: config.source.common.group_commit_bytes,
                 group_commit: Duration::from_millis(config.source.common.group_commit_ms),
                 key_columns: config.source.common.key_columns(),
+                hidden: hidden.clone(),
             },
             publisher,
         );

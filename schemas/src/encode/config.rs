@@ -153,6 +153,9 @@ pub struct EncoderConfig {
     pub unavailable_value_placeholder: String,
     /// `tombstones.on.delete`: follow every delete with a null-valued record.
     pub tombstones_on_delete: bool,
+    /// What to do with a value the format cannot carry (not a Debezium option: Debezium
+    /// writes its stand-in and loses the value, or stops).
+    pub unrepresentable_handling_mode: crate::encode::hidden::UnrepresentableMode,
 }
 
 impl EncoderConfig {
@@ -169,6 +172,7 @@ impl EncoderConfig {
             bigint_unsigned_handling_mode: BigIntUnsignedHandlingMode::default(),
             unavailable_value_placeholder: "__debezium_unavailable_value".to_string(),
             tombstones_on_delete: true,
+            unrepresentable_handling_mode: Default::default(),
         }
     }
 }

@@ -16,7 +16,6 @@ use crate::encode::config::{
 };
 use crate::encode::EncodeError;
 use crate::table::{Column, ColumnType};
-use crate::value::Value;
 
 /// A Kafka Connect schema type.
 #[derive(Clone, Debug, PartialEq)]
@@ -214,27 +213,6 @@ impl Conv {
             Conv::Bytes(BinaryHandlingMode::Bytes) | Conv::Bits { .. }
         )
     }
-}
-
-/// The elements of an array value for `Conv::Array(elem)`. Postgres does not fix an array
-/// column's number of dimensions (`int4[][]` is `int4[]`), so a multi-dimensional value
-/// (nested [`Value::Array`]s) can arrive in a one-level array column: it is flattened in
-/// row-major order, the order `unnest` reads it. `None`: the items as they are.
-pub(crate) fn flattened<'a>(elem: &Conv, items: &'a [Value]) -> Option<Vec<&'a Value>> {
-    fn push<'a>(items: &'a [Value], out: &mut Vec<&'a Value>) {
-        for v in items {
-            match v {
-                Value::Array(inner) => push(inner, out),
-                other => out.push(other),
-            }
-        }
-    }
-    if matches!(elem, Conv::Array(_)) || !items.iter().any(|v| matches!(v, Value::Array(_))) {
-        return None;
-    }
-    let mut out = Vec::with_capacity(items.len());
-    push(items, &mut out);
-    Some(out)
 }
 
 /// One column, ready for the hot path.

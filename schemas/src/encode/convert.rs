@@ -7,6 +7,7 @@
 //! table and column.
 
 use crate::decimal::Decimal;
+use crate::encode::hidden::HiddenReason;
 use crate::value::Value;
 
 /// Why one value could not be encoded.
@@ -21,6 +22,18 @@ pub enum ValueError {
     NotRepresentable(String),
     /// NULL in a NOT NULL column.
     NullInRequired,
+    /// A valid value the record format cannot carry (see `hidden.rs`): with
+    /// `unrepresentable_handling_mode = header` it travels in a header instead.
+    Unrepresentable { reason: HiddenReason, why: String },
+}
+
+impl ValueError {
+    pub(crate) fn unrepresentable(reason: HiddenReason, why: impl Into<String>) -> Self {
+        ValueError::Unrepresentable {
+            reason,
+            why: why.into(),
+        }
+    }
 }
 
 impl std::fmt::Display for ValueError {
@@ -30,6 +43,10 @@ impl std::fmt::Display for ValueError {
                 write!(f, "expected a {expected} value, got {got}")
             }
             ValueError::NotRepresentable(why) => f.write_str(why),
+            ValueError::Unrepresentable { why, .. } => write!(
+                f,
+                "{why} (or set format.unrepresentable_handling_mode = \"header\" to carry it in a record header)"
+            ),
             ValueError::NullInRequired => f.write_str(
                 "NULL in a column the table schema declares NOT NULL (refresh the table schema)",
             ),
@@ -62,6 +79,7 @@ pub fn kind(v: &Value) -> &'static str {
         Value::Interval { .. } => "Interval",
         Value::Bits { .. } => "Bits",
         Value::Array(_) => "Array",
+        Value::Raw(_) => "Raw",
     }
 }
 
@@ -79,9 +97,12 @@ pub fn int_in(v: &Value, min: i64, max: i64, expected: &'static str) -> Result<i
         Value::Int32(i) => *i as i64,
         Value::Int64(i) => *i,
         Value::UInt64(u) => i64::try_from(*u).map_err(|_| {
-            ValueError::NotRepresentable(format!(
-                "{u} does not fit a signed 64-bit integer (set bigint.unsigned.handling.mode=precise)"
-            ))
+            ValueError::unrepresentable(
+                HiddenReason::OutOfRange,
+                format!(
+                    "{u} does not fit a signed 64-bit integer (set bigint.unsigned.handling.mode=precise)"
+                ),
+            )
         })?,
         other => return Err(mismatch(expected, other)),
     };
@@ -145,11 +166,15 @@ const POW10: [i128; 19] = [
     1_000_000_000_000_000_000,
 ];
 
+#[cold]
 fn not_finite(d: &Decimal) -> ValueError {
-    ValueError::NotRepresentable(format!(
-        "numeric {d} cannot be carried by decimal.handling.mode=precise \
-         (Connect Decimal has no NaN/Infinity); use decimal.handling.mode=string or double"
-    ))
+    ValueError::unrepresentable(
+        HiddenReason::NumericSpecial,
+        format!(
+            "numeric {d} cannot be carried by decimal.handling.mode=precise \
+             (Connect Decimal has no NaN/Infinity); use decimal.handling.mode=string or double"
+        ),
+    )
 }
 
 /// The unscaled value of `d` at exactly `scale` fractional digits. Adding zeros is exact;

@@ -8,16 +8,21 @@
 //!   (header `__debezium.oldkey` = the old key), as Debezium's relational emitters do.
 //!
 //! Header values are the keys encoded exactly as the record keys are (JSON or framed
-//! Avro), so a consumer decodes them with the key deserializer it already has.
+//! Avro), so a consumer decodes them with the key deserializer it already has. A record
+//! may also carry one `cdc.unrepresentable.<image>.<column>` header per value its format
+//! cannot carry (`hidden.rs`), after the key-change header.
 //!
 //! Two forms: [`Encoder::records_into`] appends to a reusable [`RecordBuf`] (one byte
 //! buffer plus ranges: no allocation per record once the buffer is warm — the pipeline's
-//! hot path); [`Encoder::records`] returns owned [`Record`]s built from it.
+//! hot path); [`Encoder::records`] returns owned [`Record`]s built from it. Headers live
+//! in the buffer's [`HeaderBuf`] (their own bytes and spans), each record naming a range
+//! of them: any number per record, nothing allocated for records without.
 //!
 //! Invariant: records come out in the order they must be appended to the log.
 
 use std::ops::Range;
 
+use crate::encode::hidden::{HeaderBuf, HiddenReason};
 use crate::encode::{EncodeError, Encoder};
 use crate::event::{ChangeEvent, Op, TransactionInfo};
 
@@ -42,7 +47,7 @@ pub struct Record {
     /// `None`: the record has no key (keyless table, truncate).
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
-    pub headers: Vec<(&'static str, Vec<u8>)>,
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 /// One record inside a [`RecordBuf`]: ranges of its bytes.
@@ -52,8 +57,20 @@ pub struct RecordSpan {
     pub key: Option<Range<usize>>,
     /// `None` for a tombstone.
     pub value: Option<Range<usize>>,
-    /// At most one header (the other key of a key change).
-    pub header: Option<(&'static str, Range<usize>)>,
+    /// The record's headers: indexes into [`RecordBuf::headers`]' spans (empty for most).
+    pub headers: Range<u32>,
+}
+
+/// A value of a record that its format could not carry (it is in a header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HiddenValue<'a> {
+    /// The table, as `schema.table`.
+    pub table: &'a str,
+    /// The header key, `cdc.unrepresentable.<image>.<column>`.
+    pub header: &'a str,
+    /// The column name (the end of the header key).
+    pub column: &'a str,
+    pub reason: HiddenReason,
 }
 
 /// Records encoded back to back into one byte buffer. Clear and reuse it: its capacity
@@ -62,6 +79,7 @@ pub struct RecordSpan {
 pub struct RecordBuf {
     pub bytes: Vec<u8>,
     pub spans: Vec<RecordSpan>,
+    pub headers: HeaderBuf,
 }
 
 impl RecordBuf {
@@ -72,6 +90,7 @@ impl RecordBuf {
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.spans.clear();
+        self.headers.clear();
     }
 
     /// Number of records.
@@ -91,11 +110,40 @@ impl RecordBuf {
         self.spans[i].value.clone().map(|r| &self.bytes[r])
     }
 
-    pub fn header(&self, i: usize) -> Option<(&'static str, &[u8])> {
-        self.spans[i]
-            .header
-            .as_ref()
-            .map(|(k, r)| (*k, &self.bytes[r.clone()]))
+    /// How many headers record `i` has.
+    pub fn header_count(&self, i: usize) -> usize {
+        self.spans[i].headers.len()
+    }
+
+    /// Record `i`'s headers, in order: (key, value).
+    pub fn headers(&self, i: usize) -> impl ExactSizeIterator<Item = (&str, &[u8])> + '_ {
+        let r = self.spans[i].headers.clone();
+        (r.start as usize..r.end as usize).map(|h| (self.headers.key(h), self.headers.value(h)))
+    }
+
+    /// Total headers of all records (a record's are contiguous, in record order).
+    pub fn total_headers(&self) -> usize {
+        self.headers.spans.len()
+    }
+
+    /// Every value of these records that its format could not carry, in record order.
+    pub fn hidden_values(&self) -> impl Iterator<Item = HiddenValue<'_>> + '_ {
+        self.headers
+            .spans
+            .iter()
+            .enumerate()
+            .filter_map(|(h, span)| {
+                let (table, reason) = span.hidden.as_ref()?;
+                let header = self.headers.key(h);
+                let rest = header.strip_prefix(super::hidden::HEADER_UNREPRESENTABLE)?;
+                let column = rest.split_once('.').map_or(rest, |(_, c)| c);
+                Some(HiddenValue {
+                    table,
+                    header,
+                    column,
+                    reason: *reason,
+                })
+            })
     }
 
     /// Record `i` as an owned [`Record`].
@@ -105,15 +153,20 @@ impl RecordBuf {
             key: self.key(i).map(<[u8]>::to_vec),
             value: self.value(i).map(<[u8]>::to_vec),
             headers: self
-                .header(i)
-                .map(|(k, v)| vec![(k, v.to_vec())])
-                .unwrap_or_default(),
+                .headers(i)
+                .map(|(k, v)| (k.to_string(), v.to_vec()))
+                .collect(),
         }
     }
 
-    fn truncate(&mut self, bytes: usize, spans: usize) {
+    fn truncate(&mut self, bytes: usize, spans: usize, headers: (usize, usize)) {
         self.bytes.truncate(bytes);
         self.spans.truncate(spans);
+        self.headers.truncate(headers.0, headers.1);
+    }
+
+    fn header_mark(&self) -> u32 {
+        self.headers.spans.len() as u32
     }
 }
 
@@ -139,9 +192,10 @@ impl Encoder {
         buf: &mut RecordBuf,
     ) -> Result<usize, EncodeError> {
         let (bytes0, spans0) = (buf.bytes.len(), buf.spans.len());
+        let headers0 = (buf.headers.bytes.len(), buf.headers.spans.len());
         let r = self.records_into_inner(ev, processed_at_ns, buf);
         if r.is_err() {
-            buf.truncate(bytes0, spans0);
+            buf.truncate(bytes0, spans0, headers0);
         }
         r.map(|()| buf.spans.len() - spans0)
     }
@@ -155,25 +209,27 @@ impl Encoder {
         if ev.op == Op::Update && ev.changes_key() {
             return self.key_change(ev, now, buf);
         }
+        let h0 = buf.header_mark();
         let k0 = buf.bytes.len();
-        let has_key = self.encode_key(ev, &mut buf.bytes)?;
+        let has_key = self.encode_key_into(ev, &mut buf.bytes, Some(&mut buf.headers))?;
         let key = has_key.then_some(k0..buf.bytes.len());
         let v0 = buf.bytes.len();
-        self.encode_value_at(ev, now, &mut buf.bytes)?;
+        self.encode_value_into(ev, now, &mut buf.bytes, Some(&mut buf.headers))?;
         let value = Some(v0..buf.bytes.len());
         buf.spans.push(RecordSpan {
             kind: RecordKind::Change(ev.op),
             key: key.clone(),
             value,
-            header: None,
+            headers: h0..buf.header_mark(),
         });
         // A tombstone only means something to compaction when there is a key.
         if ev.op == Op::Delete && self.config().tombstones_on_delete && key.is_some() {
+            let h = buf.header_mark();
             buf.spans.push(RecordSpan {
                 kind: RecordKind::Tombstone,
                 key,
                 value: None,
-                header: None,
+                headers: h..h,
             });
         }
         Ok(())
@@ -189,16 +245,35 @@ impl Encoder {
         let (Some(before), Some(after)) = (ev.before.as_ref(), ev.after.as_ref()) else {
             return Ok(());
         };
-        let b = &mut buf.bytes;
-        let s = b.len();
-        self.encode_key_row(before, b)?;
-        let old_key = s..b.len();
-        let s = b.len();
-        self.encode_key_row(after, b)?;
-        let new_key = s..b.len();
-        let s = b.len();
-        self.encode_envelope(Op::Delete, Some(before), None, ev, now, b)?;
-        let delete = s..b.len();
+        // Key headers (a hidden value in a key column) go with the record keyed by it.
+        let mut key_headers = HeaderBuf::default();
+        let s = buf.bytes.len();
+        self.encode_key_row(before, &mut buf.bytes, Some(&mut key_headers))?;
+        let old_key = s..buf.bytes.len();
+        let old_key_headers = key_headers.spans.len();
+        let s = buf.bytes.len();
+        self.encode_key_row(after, &mut buf.bytes, Some(&mut key_headers))?;
+        let new_key = s..buf.bytes.len();
+        let h_delete = buf.header_mark();
+        buf.headers
+            .push(HEADER_NEW_KEY, &buf.bytes[new_key.clone()]);
+        buf.headers.extend_from(&key_headers, 0..old_key_headers);
+        let s = buf.bytes.len();
+        self.encode_envelope(
+            Op::Delete,
+            Some(before),
+            None,
+            ev,
+            now,
+            &mut buf.bytes,
+            Some(&mut buf.headers),
+        )?;
+        let delete = s..buf.bytes.len();
+        let h_tomb = buf.header_mark();
+        buf.headers
+            .push(HEADER_OLD_KEY, &buf.bytes[old_key.clone()]);
+        buf.headers
+            .extend_from(&key_headers, old_key_headers..key_headers.spans.len());
         // The create half is the next event of the transaction (see TransactionInfo).
         let next;
         let create_ev = match &ev.tx {
@@ -215,28 +290,37 @@ impl Encoder {
             }
             None => ev,
         };
-        let s = b.len();
-        self.encode_envelope(Op::Create, None, Some(after), create_ev, now, b)?;
-        let create = s..b.len();
+        let s = buf.bytes.len();
+        self.encode_envelope(
+            Op::Create,
+            None,
+            Some(after),
+            create_ev,
+            now,
+            &mut buf.bytes,
+            Some(&mut buf.headers),
+        )?;
+        let create = s..buf.bytes.len();
+        let h_end = buf.header_mark();
         buf.spans.push(RecordSpan {
             kind: RecordKind::Change(Op::Delete),
             key: Some(old_key.clone()),
             value: Some(delete),
-            header: Some((HEADER_NEW_KEY, new_key.clone())),
+            headers: h_delete..h_tomb,
         });
         if self.config().tombstones_on_delete {
             buf.spans.push(RecordSpan {
                 kind: RecordKind::Tombstone,
                 key: Some(old_key.clone()),
                 value: None,
-                header: None,
+                headers: h_tomb..h_tomb,
             });
         }
         buf.spans.push(RecordSpan {
             kind: RecordKind::Change(Op::Create),
             key: Some(new_key),
             value: Some(create),
-            header: Some((HEADER_OLD_KEY, old_key)),
+            headers: h_tomb..h_end,
         });
         Ok(())
     }

@@ -16,8 +16,9 @@ use base64::Engine;
 use crate::encode::config::BinaryHandlingMode;
 use crate::encode::connect::{ColumnPlan, ConnectSchema, ConnectType, Conv};
 use crate::encode::convert::{self, mismatch, ValueError};
+use crate::encode::hidden::{self, Hidden, HiddenReason};
 use crate::encode::temporal;
-use crate::encode::writer::{Field, FormatWriter, IdsMissing};
+use crate::encode::writer::{Field, FormatWriter, IdsMissing, ValueCtx};
 use crate::value::{Row, Value};
 
 /// Appends `s` as a JSON string (quotes included). Only `"`, `\` and control characters
@@ -150,10 +151,12 @@ pub(crate) fn write_value(
     buf: &mut Vec<u8>,
     conv: &Conv,
     v: &Value,
-    placeholder: &str,
+    ctx: &ValueCtx<'_>,
 ) -> Result<(), ValueError> {
+    // A `Value::Raw` fits no arm below: its mismatch error takes `carry_hidden`'s cold
+    // path, which keeps the hot path free of the check.
     if let Value::Unchanged = v {
-        return write_placeholder(buf, conv, placeholder);
+        return write_placeholder(buf, conv, ctx.placeholder);
     }
     match conv {
         Conv::Bool => match v {
@@ -303,35 +306,84 @@ pub(crate) fn write_value(
             other => return Err(mismatch("Bits", other)),
         },
         Conv::Array(inner) => match v {
-            Value::Array(items) => {
-                buf.push(b'[');
-                let mut item_to_json = |i: usize, item: &Value| -> Result<(), ValueError> {
-                    if i > 0 {
-                        buf.push(b',');
-                    }
-                    if item.is_null() {
-                        buf.extend_from_slice(b"null");
-                        Ok(())
-                    } else {
-                        write_value(buf, inner, item, placeholder)
-                    }
-                };
-                match super::connect::flattened(inner, items) {
-                    Some(flat) => {
-                        for (i, item) in flat.into_iter().enumerate() {
-                            item_to_json(i, item)?;
-                        }
-                    }
-                    None => {
-                        for (i, item) in items.iter().enumerate() {
-                            item_to_json(i, item)?;
-                        }
-                    }
-                }
-                buf.push(b']');
-            }
+            Value::Array(items) => write_items(buf, inner, items, ctx)?,
             other => return Err(mismatch("Array", other)),
         },
+    }
+    Ok(())
+}
+
+/// An array's items; a nested array (a multi-dimensional value) keeps its nesting.
+fn write_items(
+    buf: &mut Vec<u8>,
+    inner: &Conv,
+    items: &[Value],
+    ctx: &ValueCtx<'_>,
+) -> Result<(), ValueError> {
+    buf.push(b'[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            buf.push(b',');
+        }
+        match item {
+            Value::Null => buf.extend_from_slice(b"null"),
+            Value::Array(sub) if !matches!(inner, Conv::Array(_)) => {
+                if !ctx.nest_arrays {
+                    return Err(nested_error());
+                }
+                write_items(buf, inner, sub, ctx)?
+            }
+            item => write_value(buf, inner, item, ctx)?,
+        }
+    }
+    buf.push(b']');
+    Ok(())
+}
+
+#[cold]
+pub(crate) fn nested_error() -> ValueError {
+    ValueError::unrepresentable(
+        HiddenReason::NestedArray,
+        "a multi-dimensional array in an array column: the field's schema has one level",
+    )
+}
+
+/// A value `write_row` could not write: carried by a header with its stand-in in the
+/// record (see `hidden.rs`), unless the mode (or the kind of error) says to stop. `start`
+/// is where the value began; whatever was written of it is dropped.
+#[cold]
+#[inline(never)]
+fn carry_hidden<'p>(
+    buf: &mut Vec<u8>,
+    start: usize,
+    p: &'p ColumnPlan,
+    v: &Value,
+    e: ValueError,
+    ctx: &ValueCtx<'_>,
+    hidden: &mut Hidden<'_>,
+) -> Result<(), (&'p ColumnPlan, ValueError)> {
+    buf.truncate(start);
+    if let Some((conv, exact)) = hidden::exact_form(&p.conv, v) {
+        return write_value(buf, &conv, &exact, ctx).map_err(|e| (p, e));
+    }
+    if let Value::Raw(r) = v {
+        // Schemaless JSON can hold a multi-dimensional array as it is.
+        if ctx.nest_arrays && matches!(r.typed, Value::Array(_)) {
+            if write_value(buf, &p.conv, &r.typed, ctx).is_ok() {
+                return Ok(());
+            }
+            buf.truncate(start);
+        }
+    }
+    let Some(reason) = hidden::reason(&p.conv, v, &e) else {
+        return Err((p, e));
+    };
+    if !hidden.note(p, v, reason) {
+        return Err((p, hidden::fail_error(v, e)));
+    }
+    match hidden::stand_in(&p.conv, v, p.optional, ctx.placeholder) {
+        None => buf.extend_from_slice(b"null"),
+        Some(s) => write_value(buf, &p.conv, &s, ctx).map_err(|e| (p, e))?,
     }
     Ok(())
 }
@@ -352,11 +404,13 @@ fn write_placeholder(buf: &mut Vec<u8>, conv: &Conv, placeholder: &str) -> Resul
     Ok(())
 }
 
+#[cold]
 pub(crate) fn unchanged_not_representable() -> ValueError {
-    ValueError::NotRepresentable(
+    ValueError::unrepresentable(
+        HiddenReason::UnchangedToast,
         "the source did not send this unchanged TOASTed value and this column's type has no \
-         placeholder form; set the table's REPLICA IDENTITY FULL so updates carry every value"
-            .to_string(),
+         placeholder form; set the table's REPLICA IDENTITY FULL (or source.toast = \"reselect\") \
+         so updates carry every value",
     )
 }
 
@@ -365,7 +419,8 @@ pub(crate) fn write_row<'p>(
     buf: &mut Vec<u8>,
     plans: &'p [ColumnPlan],
     row: &Row,
-    placeholder: &str,
+    ctx: &ValueCtx<'_>,
+    hidden: &mut Hidden<'_>,
 ) -> Result<(), (&'p ColumnPlan, ValueError)> {
     buf.push(b'{');
     for (i, p) in plans.iter().enumerate() {
@@ -380,7 +435,10 @@ pub(crate) fn write_row<'p>(
             }
             buf.extend_from_slice(b"null");
         } else {
-            write_value(buf, &p.conv, v, placeholder).map_err(|e| (p, e))?;
+            let start = buf.len();
+            if let Err(e) = write_value(buf, &p.conv, v, ctx) {
+                carry_hidden(buf, start, p, v, e, ctx, hidden)?;
+            }
         }
     }
     buf.push(b'}');
@@ -456,6 +514,8 @@ pub(crate) struct JsonWriter {
     /// is closed by one `}` after the record.
     key_head: Vec<u8>,
     value_head: Vec<u8>,
+    /// Schemaless: multi-dimensional arrays keep their nesting.
+    nest_arrays: bool,
 }
 
 impl JsonWriter {
@@ -476,6 +536,7 @@ impl JsonWriter {
         JsonWriter {
             key_head: key.map(head).unwrap_or_default(),
             value_head: head(value),
+            nest_arrays: !schemas_enable,
         }
     }
 }
@@ -568,8 +629,13 @@ impl FormatWriter for JsonWriter {
         plans: &'p [ColumnPlan],
         row: &Row,
         placeholder: &str,
+        hidden: &mut Hidden<'_>,
     ) -> Result<(), (&'p ColumnPlan, ValueError)> {
-        write_row(out, plans, row, placeholder)
+        let ctx = ValueCtx {
+            placeholder,
+            nest_arrays: self.nest_arrays,
+        };
+        write_row(out, plans, row, &ctx, hidden)
     }
 
     #[inline]
@@ -580,7 +646,11 @@ impl FormatWriter for JsonWriter {
         v: &Value,
         placeholder: &str,
     ) -> Result<(), ValueError> {
-        write_value(out, conv, v, placeholder)
+        let ctx = ValueCtx {
+            placeholder,
+            nest_arrays: self.nest_arrays,
+        };
+        write_value(out, conv, v, &ctx)
     }
 }
 

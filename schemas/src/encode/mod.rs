@@ -36,6 +36,7 @@ pub mod config;
 pub mod connect;
 pub mod convert;
 pub mod envelope;
+pub mod hidden;
 pub mod json;
 mod memo;
 mod record_schema;
@@ -52,7 +53,10 @@ pub use config::{
 };
 pub use connect::{ConnectField, ConnectSchema, ConnectType};
 pub use convert::ValueError;
-pub use envelope::{Record, RecordBuf, RecordKind, RecordSpan, HEADER_NEW_KEY, HEADER_OLD_KEY};
+pub use envelope::{
+    HiddenValue, Record, RecordBuf, RecordKind, RecordSpan, HEADER_NEW_KEY, HEADER_OLD_KEY,
+};
+pub use hidden::{HiddenReason, UnrepresentableMode, HEADER_UNREPRESENTABLE};
 pub use record_schema::{source_schema, transaction_schema};
 pub use topic::{RouteRule, TopicRouter};
 
@@ -60,7 +64,9 @@ use crate::event::{ChangeEvent, Op};
 use crate::table::TableSchema;
 use crate::value::{Row, Value};
 use connect::{ColumnPlan, Conv};
+use hidden::{HeaderBuf, Hidden, Image};
 use source::SourcePieces;
+use std::sync::Arc;
 use writer::{field, with_writer, AnyWriter, FormatWriter, IdsMissing};
 
 /// Why a record could not be encoded. Each variant says what to do about it.
@@ -128,8 +134,8 @@ pub struct SchemaIds {
 
 enum Target {
     Table {
-        /// Display name for errors.
-        table: String,
+        /// Display name for errors, and the table of hidden values' headers.
+        table: Arc<str>,
         columns: Vec<ColumnPlan>,
         key: Vec<ColumnPlan>,
     },
@@ -153,8 +159,14 @@ pub struct Encoder {
     source: SourcePieces,
 }
 
-fn table_label(t: &TableSchema) -> String {
-    t.id.to_string()
+fn table_label(t: &TableSchema) -> Arc<str> {
+    t.id.to_string().into()
+}
+
+/// The table label of message encoders (they have no columns, so no hidden values).
+fn no_table() -> &'static Arc<str> {
+    static NONE: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    NONE.get_or_init(|| Arc::from(""))
 }
 
 impl Encoder {
@@ -340,8 +352,20 @@ impl Encoder {
     }
 
     /// Appends the record key of `ev` to `out`. Returns `Ok(false)` (and appends nothing)
-    /// when the record has no key: keyless tables and truncate events.
+    /// when the record has no key: keyless tables and truncate events. A key value the
+    /// format cannot carry is written as its stand-in; its header is only kept by
+    /// [`Encoder::records_into`].
     pub fn encode_key(&self, ev: &ChangeEvent, out: &mut Vec<u8>) -> Result<bool, EncodeError> {
+        self.encode_key_into(ev, out, None)
+    }
+
+    #[inline(always)]
+    pub(crate) fn encode_key_into(
+        &self,
+        ev: &ChangeEvent,
+        out: &mut Vec<u8>,
+        headers: Option<&mut HeaderBuf>,
+    ) -> Result<bool, EncodeError> {
         self.check_target(ev)?;
         let row = match (&self.target, ev.op) {
             (Target::Message, _) => None,
@@ -360,7 +384,7 @@ impl Encoder {
         };
         let start = out.len();
         let r = with_writer!(self.writer, w => match row {
-            Some(row) => self.write_key_row(w, row, out),
+            Some(row) => self.write_key_row(w, row, out, headers),
             None => self.write_message_key(w, ev, out),
         });
         if r.is_err() {
@@ -370,12 +394,19 @@ impl Encoder {
     }
 
     /// Appends the key of `row` (a full row of this encoder's table).
-    pub(crate) fn encode_key_row(&self, row: &Row, out: &mut Vec<u8>) -> Result<(), EncodeError> {
-        with_writer!(self.writer, w => self.write_key_row(w, row, out))
+    pub(crate) fn encode_key_row(
+        &self,
+        row: &Row,
+        out: &mut Vec<u8>,
+        headers: Option<&mut HeaderBuf>,
+    ) -> Result<(), EncodeError> {
+        with_writer!(self.writer, w => self.write_key_row(w, row, out, headers))
     }
 
     /// Appends the record value of `ev`, stamped with the current time as the envelope's
-    /// `ts_ms`/`ts_us`/`ts_ns` (when the connector processed the event).
+    /// `ts_ms`/`ts_us`/`ts_ns` (when the connector processed the event). Values the format
+    /// cannot carry are written as their stand-ins (`hidden.rs`); their headers are only
+    /// kept by [`Encoder::records_into`].
     pub fn encode_value(&self, ev: &ChangeEvent, out: &mut Vec<u8>) -> Result<(), EncodeError> {
         self.encode_value_at(ev, now_ns(), out)
     }
@@ -387,6 +418,17 @@ impl Encoder {
         ev: &ChangeEvent,
         processed_at_ns: i64,
         out: &mut Vec<u8>,
+    ) -> Result<(), EncodeError> {
+        self.encode_value_into(ev, processed_at_ns, out, None)
+    }
+
+    #[inline(always)]
+    pub(crate) fn encode_value_into(
+        &self,
+        ev: &ChangeEvent,
+        processed_at_ns: i64,
+        out: &mut Vec<u8>,
+        headers: Option<&mut HeaderBuf>,
     ) -> Result<(), EncodeError> {
         self.check_target(ev)?;
         let start = out.len();
@@ -415,6 +457,7 @@ impl Encoder {
                         ev,
                         processed_at_ns,
                         out,
+                        headers,
                     )
                 }
             }
@@ -428,6 +471,7 @@ impl Encoder {
     /// The envelope for `op` with the given rows (which may differ from `ev`'s own for
     /// the delete/create pair of a key change). Unchanged TOASTed values in `after` that
     /// `ev`'s old row holds (REPLICA IDENTITY FULL) are written as those values.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn encode_envelope(
         &self,
         op: Op,
@@ -436,8 +480,25 @@ impl Encoder {
         ev: &ChangeEvent,
         now_ns: i64,
         out: &mut Vec<u8>,
+        mut headers: Option<&mut HeaderBuf>,
     ) -> Result<(), EncodeError> {
-        with_writer!(self.writer, w => self.write_envelope(w, op, [before, after], ev, now_ns, out))
+        with_writer!(self.writer, w => {
+            self.write_envelope(w, op, [before, after], ev, now_ns, out, &mut headers)
+        })
+    }
+
+    /// Where a row's hidden values go.
+    #[inline]
+    fn hidden<'a>(&'a self, image: Image, out: Option<&'a mut HeaderBuf>) -> Hidden<'a> {
+        Hidden {
+            mode: self.config.unrepresentable_handling_mode,
+            image,
+            table: match &self.target {
+                Target::Table { table, .. } => table,
+                Target::Message => no_table(),
+            },
+            out,
+        }
     }
 
     #[inline]
@@ -457,14 +518,22 @@ impl Encoder {
         w: &W,
         row: &Row,
         out: &mut Vec<u8>,
+        headers: Option<&mut HeaderBuf>,
     ) -> Result<(), EncodeError> {
         let Target::Table { key, .. } = &self.target else {
             return Ok(());
         };
         self.check_row(row)?;
         self.open_key(w, out)?;
-        w.row(out, key, row, &self.config.unavailable_value_placeholder)
-            .map_err(|(p, e)| self.value_error(p, e))?;
+        let mut hidden = self.hidden(Image::Key, headers);
+        w.row(
+            out,
+            key,
+            row,
+            &self.config.unavailable_value_placeholder,
+            &mut hidden,
+        )
+        .map_err(|(p, e)| self.value_error(p, e))?;
         w.close_key(out);
         Ok(())
     }
@@ -483,6 +552,7 @@ impl Encoder {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn write_envelope<W: FormatWriter>(
         &self,
         w: &W,
@@ -491,6 +561,7 @@ impl Encoder {
         ev: &ChangeEvent,
         now_ns: i64,
         out: &mut Vec<u8>,
+        headers: &mut Option<&mut HeaderBuf>,
     ) -> Result<(), EncodeError> {
         let Target::Table { columns, .. } = &self.target else {
             return Err(EncodeError::WrongEncoder {
@@ -512,29 +583,21 @@ impl Encoder {
         };
         self.open_value(w, out)?;
         w.field(out, field!(first "before"));
-        self.write_opt_row(w, columns, before, out)?;
+        let mut hidden = self.hidden(Image::Before, headers.as_deref_mut());
+        self.write_opt_row(w, columns, before, out, &mut hidden)?;
         w.field(out, field!("after"));
-        self.write_opt_row(w, columns, after, out)?;
+        let mut hidden = self.hidden(Image::After, headers.as_deref_mut());
+        self.write_opt_row(w, columns, after, out, &mut hidden)?;
         w.field(out, field!("source"));
         self.write_source(w, ev, out)?;
         w.field(out, field!("transaction"));
         source::write_transaction(w, out, ev.tx.as_ref());
         w.field(out, field!("op"));
         w.symbol(out, op.code());
-        let times = |o: &mut Vec<u8>| {
-            for (f, t) in [
-                (field!("ts_ms"), now_ns.div_euclid(1_000_000)),
-                (field!("ts_us"), now_ns.div_euclid(1_000)),
-                (field!("ts_ns"), now_ns),
-            ] {
-                w.field(o, f);
-                w.opt_long(o, Some(t));
-            }
-        };
         if W::MEMOIZE {
-            memo::times(now_ns, out, times);
+            memo::times(now_ns, out, |o| write_times(w, o, now_ns));
         } else {
-            times(out);
+            write_times(w, out, now_ns);
         }
         w.end_struct(out);
         w.close_value(out);
@@ -542,21 +605,28 @@ impl Encoder {
     }
 
     /// An envelope's `before` or `after`: the row, or NULL.
-    #[inline]
+    #[inline(always)]
     fn write_opt_row<W: FormatWriter>(
         &self,
         w: &W,
         columns: &[ColumnPlan],
         row: Option<&Row>,
         out: &mut Vec<u8>,
+        hidden: &mut Hidden<'_>,
     ) -> Result<(), EncodeError> {
         let Some(r) = row else {
             w.null(out);
             return Ok(());
         };
         w.branch(out, 1);
-        w.row(out, columns, r, &self.config.unavailable_value_placeholder)
-            .map_err(|(p, e)| self.value_error(p, e))
+        w.row(
+            out,
+            columns,
+            r,
+            &self.config.unavailable_value_placeholder,
+            hidden,
+        )
+        .map_err(|(p, e)| self.value_error(p, e))
     }
 
     fn write_message_value<W: FormatWriter>(
@@ -597,6 +667,19 @@ impl Encoder {
         w.end_struct(out);
         w.close_value(out);
         Ok(())
+    }
+}
+
+/// The envelope's `ts_ms`, `ts_us`, `ts_ns`: when the connector processed the event.
+#[inline(always)]
+fn write_times<W: FormatWriter>(w: &W, o: &mut Vec<u8>, now_ns: i64) {
+    for (f, t) in [
+        (field!("ts_ms"), now_ns.div_euclid(1_000_000)),
+        (field!("ts_us"), now_ns.div_euclid(1_000)),
+        (field!("ts_ns"), now_ns),
+    ] {
+        w.field(o, f);
+        w.opt_long(o, Some(t));
     }
 }
 

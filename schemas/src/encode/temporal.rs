@@ -33,6 +33,7 @@ fn push_2(buf: &mut Vec<u8>, v: u32) {
 }
 
 /// `java.time` year: at least 4 digits; `+` when more than 4, `-` when negative.
+#[inline(always)]
 fn push_year(buf: &mut Vec<u8>, y: i64) {
     let mut ib = itoa::Buffer::new();
     if y < 0 {
@@ -111,6 +112,68 @@ pub fn push_zoned_timestamp(buf: &mut Vec<u8>, micros: i64, frac: u8) {
     push_hms(buf, tod);
     push_fraction(buf, ((tod % MICROS_PER_SEC) * 1000) as u32, frac);
     buf.push(b'Z');
+}
+
+/// A timestamp Postgres printed (`DateStyle=ISO`, `TimeZone=UTC`) that is beyond the
+/// microsecond `i64` range (after 294247 AD, kept as [`Value::Raw`]): `(y, m, d,
+/// µs of the day)`, when `text` is `Y-MM-DD HH:MM:SS[.f]` (`+00` after it with
+/// `with_zone`), a year after 1 AD.
+pub(crate) fn parse_wide_timestamp(text: &str, with_zone: bool) -> Option<(i64, u32, u32, i64)> {
+    let text = if with_zone {
+        text.strip_suffix("+00")?
+    } else {
+        text
+    };
+    let (date, time) = text.split_once(' ')?;
+    let mut d = date.splitn(3, '-');
+    let (y, m, day) = (
+        d.next()?.parse::<i64>().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    let mut t = hms.splitn(3, ':');
+    let (h, mi, sec): (i64, i64, i64) = (
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+        t.next()?.parse().ok()?,
+    );
+    if frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) || y < 1 {
+        return None;
+    }
+    let us: i64 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<6}").parse().ok()?
+    };
+    Some((y, m, day, ((h * 60 + mi) * 60 + sec) * MICROS_PER_SEC + us))
+}
+
+/// [`push_zoned_timestamp`] of a timestamp given as its civil parts (for the years the
+/// microsecond `i64` does not reach).
+pub(crate) fn push_zoned_parts(buf: &mut Vec<u8>, (y, m, d, tod): (i64, u32, u32, i64), frac: u8) {
+    push_year(buf, y);
+    buf.push(b'-');
+    push_2(buf, m);
+    buf.push(b'-');
+    push_2(buf, d);
+    buf.push(b'T');
+    push_hms(buf, tod);
+    push_fraction(buf, ((tod % MICROS_PER_SEC) * 1000) as u32, frac);
+    buf.push(b'Z');
+}
+
+/// Milliseconds since 1970 of civil parts, when they fit an `i64`.
+pub(crate) fn parts_millis((y, m, d, tod): (i64, u32, u32, i64)) -> Option<i64> {
+    // Days since 1970-01-01 (H. Hinnant's algorithm), in i128.
+    let y = y as i128 - i128::from(m <= 2);
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m as i128 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i128 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    i64::try_from(days * 86_400_000 + (tod / 1000) as i128).ok()
 }
 
 /// `io.debezium.time.ZonedTime` text: the time normalised to UTC, as `OffsetTime` in UTC

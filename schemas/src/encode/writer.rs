@@ -17,7 +17,17 @@
 
 use crate::encode::connect::{ColumnPlan, Conv};
 use crate::encode::convert::ValueError;
+use crate::encode::hidden::Hidden;
 use crate::value::{Row, Value};
+
+/// What writing a value needs besides the value: the unavailable-value placeholder and
+/// whether the format nests arrays a one-level array schema does not describe
+/// (schemaless JSON has no schema to disagree with; JSON with schemas and Avro do).
+#[derive(Clone, Copy)]
+pub(crate) struct ValueCtx<'a> {
+    pub placeholder: &'a str,
+    pub nest_arrays: bool,
+}
 
 /// One struct field, as the text format needs it: the JSON key and what precedes it (the
 /// struct's opening brace for the first field, a comma for the others). Built by
@@ -73,13 +83,16 @@ pub(crate) trait FormatWriter {
     /// Postgres's `source.sequence`: a string holding the JSON array of the commit LSN
     /// (`null` when 0: none yet) and the change's LSN, both as decimal strings.
     fn pg_sequence(&self, out: &mut Vec<u8>, commit_lsn: u64, lsn: u64);
-    /// The planned columns of `row` as a struct. Returns the failing column on error.
+    /// The planned columns of `row` as a struct. A value the format cannot carry is
+    /// reported to `hidden` and replaced by its stand-in, or (`fail` mode, or any other
+    /// error) returned with the failing column.
     fn row<'p>(
         &self,
         out: &mut Vec<u8>,
         plans: &'p [ColumnPlan],
         row: &Row,
         placeholder: &str,
+        hidden: &mut Hidden<'_>,
     ) -> Result<(), (&'p ColumnPlan, ValueError)>;
     /// One non-NULL value.
     fn value(

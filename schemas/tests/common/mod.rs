@@ -25,6 +25,13 @@ pub fn pg_config(format: RecordFormat) -> EncoderConfig {
     EncoderConfig::new(s, format)
 }
 
+/// [`pg_config`] with `unrepresentable_handling_mode = fail`.
+pub fn fail_config(format: RecordFormat) -> EncoderConfig {
+    let mut c = pg_config(format);
+    c.unrepresentable_handling_mode = cdc_schemas::encode::UnrepresentableMode::Fail;
+    c
+}
+
 pub fn mysql_config(format: RecordFormat) -> EncoderConfig {
     let mut s = SourceInfo::new(ConnectorKind::MySql, "my-shop", "");
     s.version = "test-1".into();

@@ -144,6 +144,7 @@ pub(super) async fn stream(
         max: cfg.max_batch_events.max(1),
         batches: ctx.batches.clone(),
         toast_reselect: cfg.toast_reselect,
+        session_set: false,
     };
     dec.cache = RelationCache::with_resolver(dec.resolver.clone());
     let mut decoder = PgOutputDecoder::new();
@@ -357,6 +358,9 @@ pub(super) struct Decoding<'a> {
     max: usize,
     batches: mpsc::Sender<ChangeBatch>,
     toast_reselect: bool,
+    /// The query connection has the replication session's output settings (set before the
+    /// first re-select: its values are parsed by the same text parser as pgoutput's).
+    session_set: bool,
 }
 
 impl Decoding<'_> {
@@ -490,7 +494,15 @@ impl Decoding<'_> {
             conds.join(" AND ")
         );
         // The simple protocol returns every value in its type's text output, which is
-        // what pgoutput sends and the value parser reads.
+        // what pgoutput sends and the value parser reads — once the session prints values
+        // as the replication session does (dates, intervals, time zones, floats, bytea).
+        if !self.session_set {
+            self.client
+                .batch_execute(super::snapshot::SESSION_SETTINGS)
+                .await
+                .map_err(|e| sql_err("setting the session's output formats", e))?;
+            self.session_set = true;
+        }
         let msgs = self
             .client
             .simple_query(&sql)

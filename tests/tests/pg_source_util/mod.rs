@@ -150,6 +150,8 @@ pub struct Rec {
     pub offset: u64,
     pub key: Option<Json>,
     pub value: Option<Json>,
+    /// (key, value as UTF-8 text, lossy) in order.
+    pub headers: Vec<(String, String)>,
 }
 
 /// Every durable record of `topic`, per partition in offset order.
@@ -176,6 +178,14 @@ pub fn read_topic(log_dir: &Path, topic: &str) -> Vec<Rec> {
                     offset: rec.offset,
                     key: rec.key.map(|k| serde_json::from_slice(&k).unwrap()),
                     value: rec.value.map(|v| serde_json::from_slice(&v).unwrap()),
+                    headers: rec
+                        .headers
+                        .iter()
+                        .map(|h| {
+                            let v = h.value.as_deref().unwrap_or_default();
+                            (h.key.clone(), String::from_utf8_lossy(v).into_owned())
+                        })
+                        .collect(),
                 });
             }
         }

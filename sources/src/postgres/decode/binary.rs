@@ -202,9 +202,14 @@ pub fn decode_binary(kind: BinKind, b: &[u8]) -> Result<Value, String> {
             let t = match i64::from_be_bytes(be(b, 0)?) {
                 i64::MAX => Value::TIMESTAMP_POS_INFINITY,
                 i64::MIN => Value::TIMESTAMP_NEG_INFINITY,
-                t => t
-                    .checked_add(PG_EPOCH_MICROS)
-                    .ok_or("timestamp out of range")?,
+                t => match t.checked_add(PG_EPOCH_MICROS) {
+                    Some(t) if t != i64::MAX => t,
+                    // After 294247 AD: beyond the model's range, kept as Postgres' text.
+                    _ => {
+                        let text = timestamp_text(t, kind == BinKind::TimestampTz);
+                        return Ok(Value::raw(text, Value::Null));
+                    }
+                },
             };
             if kind == BinKind::Timestamp {
                 Value::Timestamp(t)
@@ -237,4 +242,61 @@ pub fn decode_binary(kind: BinKind, b: &[u8]) -> Result<Value, String> {
             }
         }
     })
+}
+
+/// Postgres' text output (DateStyle ISO, TimeZone UTC) of a timestamp given in µs since
+/// 2000-01-01, for the values after 294247 AD the model cannot hold: `294276-12-31
+/// 23:59:59.999999` (`+00` appended with a zone), trailing fractional zeros dropped.
+fn timestamp_text(pg_micros: i64, with_zone: bool) -> String {
+    let us = pg_micros as i128 + PG_EPOCH_MICROS as i128;
+    let days = us.div_euclid(86_400_000_000);
+    let rem = us.rem_euclid(86_400_000_000);
+    // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i128::from(m <= 2);
+    let (secs, frac) = (rem / 1_000_000, rem % 1_000_000);
+    let mut s = format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    );
+    if frac != 0 {
+        let f = format!("{frac:06}");
+        s.push('.');
+        s.push_str(f.trim_end_matches('0'));
+    }
+    if with_zone {
+        s.push_str("+00");
+    }
+    s
+}
+
+#[cfg(test)]
+mod timestamp_text_tests {
+    use super::*;
+
+    #[test]
+    fn beyond_the_model_range_as_postgres_prints_it() {
+        // 294276-12-31 23:59:59.999999, Postgres' last timestamp, in µs since 2000.
+        let last = 9_223_371_331_199_999_999;
+        assert_eq!(timestamp_text(last, false), "294276-12-31 23:59:59.999999");
+        assert_eq!(
+            timestamp_text(last - 999_999, true),
+            "294276-12-31 23:59:59+00"
+        );
+        assert_eq!(timestamp_text(0, false), "2000-01-01 00:00:00");
+        let b = last.to_be_bytes();
+        assert_eq!(
+            decode_binary(BinKind::Timestamp, &b).unwrap(),
+            Value::raw("294276-12-31 23:59:59.999999", Value::Null)
+        );
+    }
 }

@@ -135,8 +135,14 @@ pub fn parse_str(kind: &ValueKind, s: &str) -> Result<Value, ValueError> {
                 offset_seconds,
             }
         }
-        ValueKind::Timestamp => Value::Timestamp(parse_timestamp(s, false)?),
-        ValueKind::TimestampTz => Value::TimestampTz(parse_timestamp(s, true)?),
+        ValueKind::Timestamp => match parse_timestamp_wide(s, false)? {
+            Ok(us) => Value::Timestamp(us),
+            Err(OutOfRange) => Value::raw(s, Value::Null),
+        },
+        ValueKind::TimestampTz => match parse_timestamp_wide(s, true)? {
+            Ok(us) => Value::TimestampTz(us),
+            Err(OutOfRange) => Value::raw(s, Value::Null),
+        },
         ValueKind::Interval => {
             let (months, days, micros) = parse_interval(s)?;
             Value::Interval {
@@ -343,6 +349,10 @@ pub fn parse_timetz(s: &str) -> Result<(i64, i32), ValueError> {
     Ok((us, parse_offset(off, "timetz", s)?))
 }
 
+/// A valid value beyond the microsecond `i64` range of the data model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfRange;
+
 /// `YYYY-MM-DD HH:MM:SS[.ffffff][+HH[:MM[:SS]]][ BC]` → µs since 1970-01-01 (UTC for a
 /// timestamptz: the offset is applied).
 pub fn parse_timestamp(s: &str, with_zone: bool) -> Result<i64, ValueError> {
@@ -351,9 +361,30 @@ pub fn parse_timestamp(s: &str, with_zone: bool) -> Result<i64, ValueError> {
     } else {
         "timestamp"
     };
+    parse_timestamp_wide(s, with_zone)?.map_err(|OutOfRange| {
+        err(
+            kind,
+            s,
+            "beyond 294247 AD, the end of the microsecond timestamp range (Postgres allows up to 294276 AD)",
+        )
+    })
+}
+
+/// [`parse_timestamp`], telling a valid timestamp the model cannot hold (`Ok(Err(_))`:
+/// Postgres reaches 294276 AD, microseconds since 1970 in an i64 end in 294247 AD) from
+/// text that is not a timestamp. The value parser keeps the former as [`Value::Raw`].
+pub fn parse_timestamp_wide(
+    s: &str,
+    with_zone: bool,
+) -> Result<Result<i64, OutOfRange>, ValueError> {
+    let kind = if with_zone {
+        "timestamptz"
+    } else {
+        "timestamp"
+    };
     match s {
-        "infinity" => return Ok(Value::TIMESTAMP_POS_INFINITY),
-        "-infinity" => return Ok(Value::TIMESTAMP_NEG_INFINITY),
+        "infinity" => return Ok(Ok(Value::TIMESTAMP_POS_INFINITY)),
+        "-infinity" => return Ok(Ok(Value::TIMESTAMP_NEG_INFINITY)),
         _ => {}
     }
     let (body, bc) = match s.strip_suffix(" BC") {
@@ -374,14 +405,12 @@ pub fn parse_timestamp(s: &str, with_zone: bool) -> Result<i64, ValueError> {
     let total = (days_from_civil(y, m, d) as i128) * 86_400_000_000 + us as i128
         - offset as i128 * 1_000_000;
     // Postgres reaches 294276 AD; microseconds since 1970 in an i64 (the data model's
-    // timestamp, as Debezium's MicroTimestamp) end in 292277 AD.
-    i64::try_from(total).map_err(|_| {
-        err(
-            kind,
-            s,
-            "beyond 292277 AD, the end of the microsecond timestamp range records carry (Postgres allows up to 294276 AD); change the value or leave the table out (source.exclude_tables)",
-        )
-    })
+    // timestamp, as Debezium's MicroTimestamp) end in 294247 AD. The infinities' sentinels
+    // are the extreme values themselves: a finite value there is out of range too.
+    match i64::try_from(total) {
+        Ok(us) if us != i64::MAX && us != i64::MIN => Ok(Ok(us)),
+        _ => Ok(Err(OutOfRange)),
+    }
 }
 
 /// An ISO 8601 interval as Postgres prints it with `IntervalStyle=iso_8601`
@@ -504,6 +533,17 @@ pub fn parse_array(s: &str, elem: &ValueKind, delim: u8) -> Result<Value, ValueE
     let v = parse_array_level(body, b, &mut pos, elem, delim, s)?;
     if pos != b.len() {
         return Err(err("array", s, "trailing characters after '}'"));
+    }
+    // A multi-dimensional value (nested arrays in a column whose type has one level:
+    // Postgres does not fix an array column's dimensions) or an element the model cannot
+    // hold: keep the text, which records that cannot nest carry in a header.
+    if let Value::Array(items) = &v {
+        if items
+            .iter()
+            .any(|i| matches!(i, Value::Array(_) | Value::Raw(_)))
+        {
+            return Ok(Value::raw(s, v));
+        }
     }
     Ok(v)
 }
@@ -848,6 +888,16 @@ mod tests {
             days_from_civil(294246, 12, 31) * DAY + DAY - 1
         );
         assert!(parse_timestamp("294276-12-31 23:59:59.999999", false).is_err());
+        // The value parser keeps such a value as Postgres' text.
+        for (kind, text) in [
+            (ValueKind::Timestamp, "294276-12-31 23:59:59.999999"),
+            (ValueKind::TimestampTz, "294276-12-31 23:59:59.999999+00"),
+        ] {
+            assert_eq!(
+                parse_str(&kind, text).unwrap(),
+                Value::raw(text, Value::Null)
+            );
+        }
         assert!(parse_timestamp("2024-01-01", false).is_err());
         assert!(parse_timestamp("2024-01-01 12:00:00", true).is_err());
     }
@@ -890,12 +940,33 @@ mod tests {
             parse_array("{}", &ints, b',').unwrap(),
             Value::Array(vec![])
         );
+        // Multi-dimensional: the nesting, and Postgres' own text for formats that cannot
+        // nest.
         assert_eq!(
             parse_array("{{1,2},{3,4}}", &ints, b',').unwrap(),
-            Value::Array(vec![
-                Value::Array(vec![Value::Int32(1), Value::Int32(2)]),
-                Value::Array(vec![Value::Int32(3), Value::Int32(4)]),
-            ])
+            Value::raw(
+                "{{1,2},{3,4}}",
+                Value::Array(vec![
+                    Value::Array(vec![Value::Int32(1), Value::Int32(2)]),
+                    Value::Array(vec![Value::Int32(3), Value::Int32(4)]),
+                ])
+            )
+        );
+        // An element beyond the model's range keeps the whole array's text.
+        assert_eq!(
+            parse_array(
+                r#"{"294276-01-01 00:00:00",NULL}"#,
+                &ValueKind::Timestamp,
+                b','
+            )
+            .unwrap(),
+            Value::raw(
+                r#"{"294276-01-01 00:00:00",NULL}"#,
+                Value::Array(vec![
+                    Value::raw("294276-01-01 00:00:00", Value::Null),
+                    Value::Null
+                ])
+            )
         );
         assert_eq!(
             parse_array("[0:1]={7,8}", &ints, b',').unwrap(),
@@ -909,16 +980,19 @@ mod tests {
                 b','
             )
             .unwrap(),
-            Value::Array(vec![
-                t("plain"),
-                t("with space"),
-                t("q\"uote"),
-                t("back\\slash"),
-                t("NULL"),
-                Value::Null,
-                t(""),
-                Value::Array(vec![t("nested")]),
-            ])
+            Value::raw(
+                r#"{plain,"with space","q\"uote","back\\slash","NULL",NULL,"",{nested}}"#,
+                Value::Array(vec![
+                    t("plain"),
+                    t("with space"),
+                    t("q\"uote"),
+                    t("back\\slash"),
+                    t("NULL"),
+                    Value::Null,
+                    t(""),
+                    Value::Array(vec![t("nested")]),
+                ])
+            )
         );
         assert_eq!(
             parse_array(
