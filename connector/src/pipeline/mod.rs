@@ -52,6 +52,7 @@
 mod encode;
 pub mod progress;
 pub mod queue;
+mod reconcile;
 pub mod registry;
 pub mod run;
 mod schemas;
@@ -69,7 +70,7 @@ use cdc_schemas::encode::{EncodeError, Encoder, EncoderConfig, RecordBuf, Schema
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
 use cdc_schemas::{ChangeEvent, Checkpoint, Op, TableId, TableSchema};
 use cdc_sources::keys::{MessageKeyColumns, Rekeyer, UnknownKeyColumn};
-use cdc_sources::DurablePublisher;
+use cdc_sources::{DurablePublisher, SnapshotMark};
 
 use encode::{BufPool, Encoders, Job, Piece, Segment, TableState};
 use queue::{BatchReceiver, Queued, TryRecvError};
@@ -143,6 +144,8 @@ pub struct PipelineStats {
     pub transactions: u64,
     pub flushes: u64,
     pub last_durable: Option<Checkpoint>,
+    /// Keys deleted after a re-snapshot because the snapshot did not find them again.
+    pub reconciled_deletes: u64,
 }
 
 /// Where a job is.
@@ -166,6 +169,7 @@ struct InFlight {
 struct BatchEnd {
     events: usize,
     commit: Option<Checkpoint>,
+    mark: Option<SnapshotMark>,
 }
 
 /// A job of at most this many events is encoded inline when nothing is in flight: a
@@ -194,6 +198,10 @@ pub struct Pipeline {
     rekeyer: Rekeyer,
     /// The first table seen on each routed topic (to warn about shared keys once).
     routed_tables: HashMap<String, TableId>,
+    /// Between a snapshot's `Begin` and `End`: where its records start.
+    snapshot_start: Option<reconcile::Start>,
+    /// Keys per pass of a reconciliation.
+    reconcile_keys_per_pass: u64,
 }
 
 impl InFlight {
@@ -230,6 +238,8 @@ impl Pipeline {
             partial: false,
             rekeyer,
             routed_tables: HashMap::new(),
+            snapshot_start: None,
+            reconcile_keys_per_pass: reconcile::KEYS_PER_PASS,
         }
     }
 
@@ -321,6 +331,7 @@ impl Pipeline {
     /// stage as jobs; nothing is appended here.
     async fn submit(&mut self, mut queued: Queued) -> Result<(), PipelineError> {
         let commit = queued.batch.commit.take();
+        let mark = queued.batch.snapshot.take();
         if !self.rekeyer.is_empty() {
             self.rekey(&mut queued.batch.events)?;
         }
@@ -388,7 +399,11 @@ impl Pipeline {
         }
         drop(batch);
         let chunk_of_tx = commit.is_none() && n > 0;
-        let end = BatchEnd { events: n, commit };
+        let end = BatchEnd {
+            events: n,
+            commit,
+            mark,
+        };
         if jobs.is_empty() {
             self.inflight.push_back(InFlight {
                 work: Work::Done(Ok(Vec::new())),
@@ -457,10 +472,31 @@ impl Pipeline {
         let Some(end) = job.end else {
             return Ok(());
         };
+        if matches!(end.mark, Some(SnapshotMark::End)) {
+            // Before the snapshot's position can become pending: its deletes go under it.
+            self.reconcile_snapshot().await?;
+        }
         if end.commit.is_some() || end.events == 0 {
             self.partial = false;
         }
         self.stats.events += end.events as u64;
+        if let Some(SnapshotMark::Begin { tables }) = &end.mark {
+            // Durable first (its `SnapshotIncomplete` and everything before it), so the
+            // start offsets are where the snapshot's records begin.
+            if let Some(pos) = end.commit.clone() {
+                self.pending = Some((pos, Instant::now()));
+            }
+            self.flush_pending().await?;
+            let topics: Vec<String> = tables
+                .iter()
+                .map(|t| self.cfg.router.topic_for(t))
+                .collect();
+            let log = self.log.clone();
+            self.snapshot_start = Some(tokio::task::block_in_place(|| {
+                reconcile::Start::at(&log, topics)
+            })?);
+            return Ok(());
+        }
         if let Some(pos) = end.commit {
             self.stats.transactions += 1;
             let since = self
@@ -477,6 +513,45 @@ impl Pipeline {
                 self.flush_pending().await?;
             }
         }
+        Ok(())
+    }
+
+    /// At a snapshot's `End`: makes the snapshot's records durable under
+    /// `SnapshotIncomplete` (readable, and a crash still snapshots again), then appends the
+    /// deletes of the keys it did not find ([`reconcile`]). Its position, made pending
+    /// next, covers them in one durable step.
+    async fn reconcile_snapshot(&mut self) -> Result<(), PipelineError> {
+        let Some(start) = self.snapshot_start.take() else {
+            return Ok(());
+        };
+        if start.is_empty() {
+            return Ok(());
+        }
+        debug_assert!(self.pending.is_none(), "a snapshot's rows carry no commit");
+        let log = self.log.clone();
+        let settings = reconcile::Settings {
+            format: self.cfg.encoder.format.clone(),
+            tombstones: self.cfg.encoder.tombstones_on_delete,
+            keys_per_pass: self.reconcile_keys_per_pass,
+        };
+        let started = Instant::now();
+        let outcome = tokio::task::spawn_blocking(move || {
+            log.flush(Some(&Checkpoint::SnapshotIncomplete.to_bytes()))?;
+            reconcile::reconcile(&log, &start, &settings, now_ns() / 1_000_000)
+        })
+        .await
+        .map_err(|e| PipelineError::FlushTask(e.to_string()))??;
+        self.stats.flushes += 1;
+        self.stats.records += outcome.records;
+        self.stats.reconciled_deletes += outcome.deleted_keys;
+        self.bytes_since_flush = 0;
+        tracing::info!(
+            deleted_keys = outcome.deleted_keys,
+            tombstone_only = outcome.tombstone_only,
+            records = outcome.records,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "re-snapshot reconciled: the log's keys now match the snapshot"
+        );
         Ok(())
     }
 
@@ -666,6 +741,7 @@ mod tests {
             events,
             commit,
             approx_bytes: 0,
+            snapshot: None,
         })
         .await
         .unwrap();
@@ -881,6 +957,252 @@ mod tests {
             }
         }
         assert_eq!((routed, keyed), (40, 20));
+    }
+
+    /// Sends a batch with a snapshot mark.
+    async fn send_mark(
+        tx: &tokio::sync::mpsc::Sender<ChangeBatch>,
+        events: Vec<ChangeEvent>,
+        commit: Option<Checkpoint>,
+        mark: SnapshotMark,
+    ) {
+        tx.send(ChangeBatch {
+            events,
+            commit,
+            approx_bytes: 0,
+            snapshot: Some(mark),
+        })
+        .await
+        .unwrap();
+    }
+
+    fn row(id: i64, v: &str) -> Row {
+        Row::new(vec![Value::Int64(id), Value::Text(v.into())])
+    }
+
+    /// Every record of `topic` (all partitions): (key, value) as JSON, per partition in
+    /// offset order.
+    fn records(log: &Log, topic: &str) -> Vec<(serde_json::Value, Option<serde_json::Value>)> {
+        let parts = log.topic(topic).unwrap().partitions();
+        let mut out = Vec::new();
+        for p in 0..parts {
+            let mut r = log.reader(topic, p, StartAt::Earliest).unwrap();
+            loop {
+                let recs = r.poll(1 << 20).unwrap();
+                if recs.is_empty() {
+                    break;
+                }
+                for rec in recs {
+                    out.push((
+                        serde_json::from_slice(&rec.key.unwrap()).unwrap(),
+                        rec.value.map(|v| serde_json::from_slice(&v).unwrap()),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// The view a compacted consumer builds: newest record per key, tombstones removing;
+    /// key id → `after.v`.
+    fn view(
+        recs: &[(serde_json::Value, Option<serde_json::Value>)],
+    ) -> std::collections::BTreeMap<i64, String> {
+        let mut m = std::collections::BTreeMap::new();
+        for (k, v) in recs {
+            let id = k["id"].as_i64().unwrap();
+            match v {
+                None => {
+                    m.remove(&id);
+                }
+                Some(v) if v["op"] == "d" => {
+                    m.remove(&id);
+                }
+                Some(v) => {
+                    m.insert(id, v["after"]["v"].as_str().unwrap().to_string());
+                }
+            }
+        }
+        m
+    }
+
+    /// A log holding keys 0..40 (some updated, 30..35 deleted), then a re-snapshot that
+    /// reads only some of them: each key live before and not read again gets a delete
+    /// (before = its last row) and a tombstone, in the durable step of the snapshot's end;
+    /// keys read again, keys deleted before, and other topics are left alone. Run with one
+    /// pass and with many (a small key map).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn re_snapshot_deletes_the_keys_it_does_not_find_again() {
+        for keys_per_pass in [reconcile::KEYS_PER_PASS, 3] {
+            let dir = tempfile::tempdir().unwrap();
+            let (log, registry) = open_log_and_registry(dir.path());
+            let registry: Arc<dyn SchemaRegistry> = Arc::new(registry);
+            let cfg = || PipelineConfig {
+                topic_config: TopicConfig::with_partitions(3),
+                ..config()
+            };
+            let (a, other) = (table("a", false), table("other", false));
+            let (tx, run, _drx) = spawn(&log, registry.clone(), cfg());
+            let mut first = Vec::new();
+            for id in 0..40 {
+                first.push(ChangeEvent::create(a.clone(), row(id, "v1"), position(10), 0).unwrap());
+                first.push(
+                    ChangeEvent::create(other.clone(), row(id, "o"), position(10), 0).unwrap(),
+                );
+            }
+            for id in 0..10 {
+                let ev =
+                    ChangeEvent::update(a.clone(), None, row(id, "v2"), position(20), 0).unwrap();
+                first.push(ev);
+            }
+            for id in 30..35 {
+                first.push(ChangeEvent::delete(a.clone(), row(id, "v1"), position(30), 0).unwrap());
+            }
+            send(&tx, first, Some(pos(30))).await;
+            finish(tx, run).await.1.unwrap();
+            let before = records(&log, "t.public.a");
+
+            // The re-snapshot reads the even keys below 30 (some with new values), and 36.
+            let mut p = Pipeline::new(
+                log.clone(),
+                registry.clone(),
+                cfg(),
+                DurablePublisher::new(None).0,
+            );
+            p.reconcile_keys_per_pass = keys_per_pass;
+            let (tx, rx) = queue::channel(4 << 20);
+            let run = tokio::spawn(p.run(rx));
+            send_mark(
+                &tx,
+                vec![],
+                Some(Checkpoint::SnapshotIncomplete),
+                SnapshotMark::Begin {
+                    tables: vec![a.id.clone()],
+                },
+            )
+            .await;
+            let read: Vec<i64> = (0..30).step_by(2).chain([36]).collect();
+            let rows = read
+                .iter()
+                .map(|&id| ChangeEvent::read(a.clone(), row(id, "snap"), position(40), 0).unwrap())
+                .collect();
+            send(&tx, rows, None).await;
+            send_mark(&tx, vec![], Some(pos(40)), SnapshotMark::End).await;
+            let (stats, r) = finish(tx, run).await;
+            r.unwrap();
+            let gone: Vec<i64> = (0..40)
+                .filter(|id| !read.contains(id) && !(30..35).contains(id))
+                .collect();
+            assert_eq!(
+                stats.reconciled_deletes,
+                gone.len() as u64,
+                "{keys_per_pass}"
+            );
+            assert_eq!(log.checkpoint(), Some(pos(40).to_bytes()));
+            let after = records(&log, "t.public.a");
+            let want: std::collections::BTreeMap<i64, String> =
+                read.iter().map(|&id| (id, "snap".to_string())).collect();
+            assert_eq!(view(&after), want);
+            // Each deleted key ends with a delete holding its last row, then a tombstone:
+            // two records more than before.
+            for id in &gone {
+                let old = before.iter().filter(|(k, _)| k["id"] == *id).count();
+                let mine: Vec<_> = after.iter().filter(|(k, _)| k["id"] == *id).collect();
+                assert_eq!(mine.len(), old + 2, "key {id}: {mine:?}");
+                let mine = &mine[old..];
+                let d = mine[0].1.as_ref().unwrap();
+                assert_eq!(d["op"], "d");
+                assert_eq!(d["before"]["id"], *id);
+                assert_eq!(d["before"]["v"], if *id < 10 { "v2" } else { "v1" });
+                assert!(d["after"].is_null());
+                assert!(mine[1].1.is_none(), "tombstone after the delete of {id}");
+            }
+            assert_eq!(
+                records(&log, "t.public.other").len(),
+                40,
+                "another topic is left alone"
+            );
+        }
+    }
+
+    /// A crash after the deletes are appended and before the snapshot's end is durable:
+    /// the log holds the snapshot's records under `SnapshotIncomplete`, no delete; the next
+    /// snapshot (its prefix now holds the first attempt's rows) deletes them all the same.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crash_before_the_snapshots_end_is_durable_loses_no_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = table("a", false);
+        let settings = reconcile::Settings {
+            format: config().encoder.format,
+            tombstones: true,
+            keys_per_pass: reconcile::KEYS_PER_PASS,
+        };
+        let topic_cfg = TopicConfig::with_partitions(2);
+        {
+            let (log, registry) = open_log_and_registry(dir.path());
+            let (tx, run, _drx) = spawn(
+                &log,
+                Arc::new(registry),
+                PipelineConfig {
+                    topic_config: topic_cfg.clone(),
+                    ..config()
+                },
+            );
+            let evs = (0..20)
+                .map(|id| ChangeEvent::create(a.clone(), row(id, "v1"), position(10), 0).unwrap())
+                .collect();
+            send(&tx, evs, Some(pos(10))).await;
+            finish(tx, run).await.1.unwrap();
+        }
+        // Attempt 1: Begin, the snapshot (keys 0..10), its records durable under
+        // SnapshotIncomplete, the deletes appended — and the process dies.
+        let snapshot = |log: &Log, ids: std::ops::Range<i64>| {
+            let t = log.topic("t.public.a").unwrap();
+            for id in ids {
+                let k = format!("{{\"id\":{id}}}");
+                let v = format!("{{\"before\":null,\"after\":{{\"id\":{id},\"v\":\"snap\"}},\"source\":{{}},\"op\":\"r\",\"ts_ms\":1}}");
+                t.append(
+                    t.partition_for(Some(k.as_bytes())),
+                    &[NewRecord::new(Some(k.as_bytes()), Some(v.as_bytes()), 1)],
+                )
+                .unwrap();
+            }
+        };
+        {
+            let (log, _r) = open_log_and_registry(dir.path());
+            log.flush(Some(&Checkpoint::SnapshotIncomplete.to_bytes()))
+                .unwrap();
+            let start = reconcile::Start::at(&log, ["t.public.a".to_string()]).unwrap();
+            snapshot(&log, 0..10);
+            log.flush(Some(&Checkpoint::SnapshotIncomplete.to_bytes()))
+                .unwrap();
+            let out = reconcile::reconcile(&log, &start, &settings, 5).unwrap();
+            assert_eq!(out.deleted_keys, 10);
+            // Dropped without a flush: the deletes were never durable.
+        }
+        // Attempt 2 (a row more was deleted meanwhile: the snapshot reads 0..8).
+        let (log, _r) = open_log_and_registry(dir.path());
+        assert_eq!(
+            log.checkpoint(),
+            Some(Checkpoint::SnapshotIncomplete.to_bytes())
+        );
+        let recs = records(&log, "t.public.a");
+        assert_eq!(recs.len(), 30, "the first attempt's snapshot, no delete");
+        assert!(recs
+            .iter()
+            .all(|(_, v)| v.as_ref().is_some_and(|v| v["op"] != "d")));
+        let start = reconcile::Start::at(&log, ["t.public.a".to_string()]).unwrap();
+        snapshot(&log, 0..8);
+        log.flush(Some(&Checkpoint::SnapshotIncomplete.to_bytes()))
+            .unwrap();
+        let out = reconcile::reconcile(&log, &start, &settings, 5).unwrap();
+        assert_eq!(out.deleted_keys, 12);
+        log.flush(Some(&pos(50).to_bytes())).unwrap();
+        let view = view(&records(&log, "t.public.a"));
+        assert_eq!(
+            view.keys().copied().collect::<Vec<_>>(),
+            (0..8).collect::<Vec<_>>()
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,7 @@ pub mod envelope;
 pub mod json;
 mod memo;
 mod record_schema;
+pub mod redelete;
 mod source;
 pub mod temporal;
 pub mod topic;

@@ -1,0 +1,329 @@
+//! Re-snapshot reconciliation: after a snapshot taken over a log that already holds records
+//! of its tables (a lost replication slot, a purged binlog), the keys the log still holds
+//! live but the snapshot did not read were deleted while the source could not see it. Each
+//! gets a delete record (Debezium's `op = "d"`, `before` = its last known row, made by
+//! [`cdc_schemas::encode::redelete`]) and a tombstone, so a view built from the log (the
+//! newest record per key, tombstones removing) equals the tables. Source-agnostic: driven
+//! only by the [`SnapshotMark`](cdc_sources::SnapshotMark)s a source puts around a
+//! snapshot.
+//!
+//! # What runs when
+//!
+//! - At `Begin`, [`Start::at`] notes, per partition of each topic the snapshot's tables go
+//!   to, the high watermark: the *prefix* `[log start, start)` is what the log held
+//!   before this snapshot, and everything from `start` on is the snapshot's rows.
+//! - At `End` (the snapshot's rows are durable: see the pipeline's durability rules), per
+//!   partition: the live keys of the prefix (a key is live when its newest record is
+//!   neither a tombstone nor a delete), minus every key found from `start` on, are the
+//!   deleted ones; their newest prefix record gives the delete's `before`.
+//!
+//! # Memory: bounded and stated
+//!
+//! Keys are held as 128-bit hashes (two independently seeded SipHash-1-3 values; a
+//! collision needs about 2^64 keys) with the offset of their newest record: a
+//! `HashMap<u128, u64>`, at most [`KEYS_PER_PASS`] entries (≤ 48 MiB with the table's
+//! slack). A partition whose prefix holds more records than that is done in several passes,
+//! each over the keys of one hash bucket (`hash mod passes`), so memory stays under the bound
+//! whatever the table size; each pass reads the partition's prefix twice and the
+//! snapshot's records once. Records are visited in the reader's buffer
+//! ([`cdc_log::Reader::poll_with`]): nothing is allocated per record read; the deletes are
+//! appended in batches of about [`APPEND_BYTES`].
+//!
+//! # Limits
+//!
+//! - Keys are compared as the bytes the log holds: a key encoded differently than before
+//!   (another key format, another key schema id) is another key, and the old one is deleted.
+//! - A routed topic (`[[routing]]`) holding a table the snapshot does not read loses that
+//!   table's keys: keys are per topic.
+//! - With `format.value = "avro"` the delete record cannot be rewritten from the last
+//!   record here: the key gets the tombstone alone. Without tombstones
+//!   (`tombstones_on_delete = false`) it gets the delete alone; with Avro and no
+//!   tombstones it still gets a tombstone, the only way left to remove it.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+
+use cdc_log::{Log, LogError, NewRecord, ResetPolicy, StartAt, Topic};
+use cdc_schemas::encode::redelete::{delete_from_last, is_delete};
+use cdc_schemas::encode::RecordFormat;
+
+/// Keys a pass holds at most (16-byte hash + 8-byte offset + hashbrown's control byte and
+/// up to 2× slack: ≤ 48 MiB).
+pub(super) const KEYS_PER_PASS: u64 = 1 << 20;
+
+/// Deletes appended per log batch.
+const APPEND_BYTES: usize = 1 << 20;
+
+/// Where a snapshot's records start in each topic its tables go to.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Start {
+    /// Topic and, per partition, the high watermark at `Begin` (only topics that existed).
+    topics: Vec<(String, Vec<u64>)>,
+}
+
+impl Start {
+    /// The high watermarks of `topics` now (the log must be durable up to here: nothing
+    /// appended unflushed).
+    pub fn at(log: &Log, topics: impl IntoIterator<Item = String>) -> Result<Start, LogError> {
+        let existing = log.topics();
+        let mut out: Vec<(String, Vec<u64>)> = Vec::new();
+        for name in topics {
+            if !existing.contains(&name) || out.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            let t = log.topic(&name)?;
+            let starts = (0..t.partitions())
+                .map(|p| t.high_watermark(p).unwrap_or(0))
+                .collect();
+            out.push((name, starts));
+        }
+        Ok(Start { topics: out })
+    }
+
+    /// True when the log held nothing of these topics before the snapshot.
+    pub fn is_empty(&self) -> bool {
+        self.topics
+            .iter()
+            .all(|(_, starts)| starts.iter().all(|s| *s == 0))
+    }
+}
+
+/// How deletes are written.
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    pub format: RecordFormat,
+    pub tombstones: bool,
+    /// Keys per pass (tests lower it to exercise the passes).
+    pub keys_per_pass: u64,
+}
+
+/// What a reconciliation appended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Outcome {
+    /// Keys found deleted (each got a delete record and/or a tombstone).
+    pub deleted_keys: u64,
+    /// Of those, keys that got a tombstone only (no delete record could be made).
+    pub tombstone_only: u64,
+    pub records: u64,
+}
+
+/// Appends the deletes for every key of the prefixes of `start` that the records from
+/// `start` on do not hold. Blocking (reads the log); nothing is flushed here.
+pub(super) fn reconcile(
+    log: &Log,
+    start: &Start,
+    s: &Settings,
+    now_ms: i64,
+) -> Result<Outcome, LogError> {
+    let hasher = KeyHasher::default();
+    let mut out = Outcome::default();
+    for (name, starts) in &start.topics {
+        let topic = log.topic(name)?;
+        let before = out;
+        for (p, &start) in starts.iter().enumerate() {
+            partition(log, &topic, p as u32, start, s, &hasher, now_ms, &mut out)?;
+        }
+        if out.deleted_keys > before.deleted_keys {
+            tracing::info!(
+                topic = %name,
+                deleted_keys = out.deleted_keys - before.deleted_keys,
+                tombstone_only = out.tombstone_only - before.tombstone_only,
+                "re-snapshot: keys the snapshot did not find again are deleted in the log"
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// 128-bit key hashes from two independently seeded SipHash hashers.
+#[derive(Default)]
+struct KeyHasher(std::hash::RandomState, std::hash::RandomState);
+
+impl KeyHasher {
+    fn hash(&self, key: &[u8]) -> u128 {
+        ((self.0.hash_one(key) as u128) << 64) | self.1.hash_one(key) as u128
+    }
+}
+
+/// Visits each keyed record of `[from, to)` of a partition: (offset, key, value).
+fn scan(
+    log: &Log,
+    topic: &str,
+    p: u32,
+    from: StartAt,
+    to: u64,
+    mut f: impl FnMut(u64, &[u8], Option<&[u8]>) -> Result<(), LogError>,
+) -> Result<(), LogError> {
+    let mut r = log.reader(topic, p, from)?;
+    // Retention may drop old segments while this runs: read on from the new start.
+    r.set_reset_policy(ResetPolicy::Earliest);
+    let mut result = Ok(());
+    while r.position() < to {
+        let n = r.poll_with(APPEND_BYTES, |rec| {
+            if result.is_err() || rec.offset >= to {
+                return;
+            }
+            if let Some(k) = rec.key {
+                result = f(rec.offset, k, rec.value);
+            }
+        })?;
+        if n == 0 || result.is_err() {
+            break;
+        }
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn partition(
+    log: &Log,
+    topic: &Topic,
+    p: u32,
+    start: u64,
+    s: &Settings,
+    hasher: &KeyHasher,
+    now_ms: i64,
+    out: &mut Outcome,
+) -> Result<(), LogError> {
+    let name = topic.name().to_string();
+    let first = log.resolve_offset(&name, p, StartAt::Earliest)?;
+    if start <= first {
+        return Ok(());
+    }
+    let passes = (start - first).div_ceil(s.keys_per_pass.max(1)).max(1);
+    let cap = (start - first).min(s.keys_per_pass) as usize;
+    // Whether a non-null value can be a delete: only when deletes have no tombstone after
+    // them (with tombstones, the tombstone is every deleted key's newest record).
+    let check_deletes = !s.tombstones;
+    let mut live: HashMap<u128, u64> = HashMap::with_capacity(cap);
+    let mut pending = Appender::new(topic, p);
+    let mut warned = false;
+    for pass in 0..passes {
+        let in_pass = |h: u128| passes == 1 || (h as u64) % passes == pass;
+        live.clear();
+        scan(
+            log,
+            &name,
+            p,
+            StartAt::Earliest,
+            start,
+            |off, key, value| {
+                let h = hasher.hash(key);
+                if !in_pass(h) {
+                    return Ok(());
+                }
+                let dead = match value {
+                    None => true,
+                    Some(v) => check_deletes && is_delete(&s.format, v) == Some(true),
+                };
+                if dead {
+                    live.remove(&h);
+                } else {
+                    live.insert(h, off);
+                }
+                Ok(())
+            },
+        )?;
+        if live.is_empty() {
+            continue;
+        }
+        scan(
+            log,
+            &name,
+            p,
+            StartAt::Offset(start),
+            u64::MAX,
+            |_, key, _| {
+                live.remove(&hasher.hash(key));
+                Ok(())
+            },
+        )?;
+        if live.is_empty() {
+            continue;
+        }
+        scan(
+            log,
+            &name,
+            p,
+            StartAt::Earliest,
+            start,
+            |off, key, value| {
+                let h = hasher.hash(key);
+                if live.get(&h) != Some(&off) {
+                    return Ok(());
+                }
+                live.remove(&h);
+                let delete = match value.map(|v| delete_from_last(&s.format, v, now_ms)) {
+                    Some(Ok(d)) => d,
+                    Some(Err(e)) => {
+                        if !warned {
+                            warned = true;
+                            tracing::warn!(topic = %name, partition = p, offset = off, error = %e, "re-snapshot: a deleted key's last record is not a change envelope; it gets a tombstone only");
+                        }
+                        None
+                    }
+                    None => None,
+                };
+                out.deleted_keys += 1;
+                let made = delete.is_some();
+                if let Some(d) = delete {
+                    pending.push(key, Some(d), now_ms)?;
+                    out.records += 1;
+                }
+                if s.tombstones || !made {
+                    pending.push(key, None, now_ms)?;
+                    out.records += 1;
+                }
+                if !made {
+                    out.tombstone_only += 1;
+                }
+                Ok(())
+            },
+        )?;
+    }
+    pending.flush()
+}
+
+/// Deletes waiting to be appended to one partition, as one batch per ~[`APPEND_BYTES`].
+struct Appender<'t> {
+    topic: &'t Topic,
+    partition: u32,
+    records: Vec<(Vec<u8>, Option<Vec<u8>>, i64)>,
+    bytes: usize,
+}
+
+impl<'t> Appender<'t> {
+    fn new(topic: &'t Topic, partition: u32) -> Self {
+        Appender {
+            topic,
+            partition,
+            records: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    fn push(&mut self, key: &[u8], value: Option<Vec<u8>>, ts: i64) -> Result<(), LogError> {
+        self.bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+        self.records.push((key.to_vec(), value, ts));
+        if self.bytes >= APPEND_BYTES {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), LogError> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
+        let recs: Vec<NewRecord<'_>> = self
+            .records
+            .iter()
+            .map(|(k, v, ts)| NewRecord::new(Some(k), v.as_deref(), *ts))
+            .collect();
+        self.topic.append(self.partition, &recs)?;
+        drop(recs);
+        self.records.clear();
+        self.bytes = 0;
+        Ok(())
+    }
+}
