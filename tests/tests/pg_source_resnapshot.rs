@@ -19,43 +19,125 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdc_harness::PgServer;
-use cdc_log::Log;
-use cdc_schemas::{Checkpoint, SourcePosition};
+use cdc_log::{Log, StartAt};
+use cdc_schemas::{Checkpoint, Lsn, PgPosition, SourcePosition};
 use pg_source_util::slot::*;
 use pg_source_util::*;
-use serde_json::Value as Json;
 
 const WHEN_NEEDED: &str = "\n[snapshot]\nmode = \"when_needed\"\n";
 
+/// A row of the `acct` fixture, as the table holds it and as records carry it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+struct Row {
+    id: i64,
+    v: i64,
+    pad: Option<String>,
+}
+
+/// A delete's `before`: a streamed delete (replica identity default) holds the key alone.
+#[derive(Debug, serde::Deserialize)]
+struct Before {
+    id: i64,
+    v: Option<i64>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Envelope {
+    op: String,
+    before: Option<Before>,
+    after: Option<Row>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Key {
+    id: i64,
+}
+
+/// One record of the `acct` topic, decoded into the fixture's types (much cheaper than
+/// generic JSON for a log of hundreds of thousands of records).
+#[derive(Debug)]
+struct AcctRec {
+    partition: u32,
+    offset: u64,
+    id: i64,
+    /// `None`: a tombstone.
+    value: Option<Envelope>,
+}
+
+/// Every durable record of the `acct` topic, per partition in offset order.
+fn read_acct(c: &Connector) -> Vec<AcctRec> {
+    let Ok(log) = Log::open_read_only(c.log_dir()) else {
+        return Vec::new();
+    };
+    let Ok(d) = log.describe(ACCT_TOPIC) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for p in 0..d.partitions.len() as u32 {
+        let mut r = log.reader(ACCT_TOPIC, p, StartAt::Earliest).unwrap();
+        while r
+            .poll_with(4 << 20, |rec| {
+                out.push(AcctRec {
+                    partition: p,
+                    offset: rec.offset,
+                    id: serde_json::from_slice::<Key>(rec.key.unwrap()).unwrap().id,
+                    value: rec.value.map(|v| serde_json::from_slice(v).unwrap()),
+                })
+            })
+            .unwrap()
+            > 0
+        {}
+    }
+    out
+}
+
+/// The table: id → row.
+async fn table(pg: &PgServer, db: &str) -> BTreeMap<i64, Row> {
+    let c = pg.superuser_client(db).await.unwrap();
+    c.query("SELECT id, v, pad FROM acct", &[])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let id = r.get::<_, i32>(0) as i64;
+            (
+                id,
+                Row {
+                    id,
+                    v: r.get(1),
+                    pad: r.get(2),
+                },
+            )
+        })
+        .collect()
+}
+
 /// The view a keyed consumer builds from the log: the newest record per key, a tombstone
-/// or a delete removing the key. Key (JSON text) → `after`.
-fn view(recs: &[Rec]) -> BTreeMap<String, Json> {
+/// or a delete removing the key.
+fn view(recs: &[AcctRec]) -> BTreeMap<i64, Row> {
     let mut m = BTreeMap::new();
     for r in recs {
-        let Some(k) = &r.key else { continue };
-        match &r.value {
-            None => {
-                m.remove(&k.to_string());
+        match r.value.as_ref().and_then(|v| v.after.as_ref()) {
+            Some(after) if r.value.as_ref().is_some_and(|v| v.op != "d") => {
+                m.insert(r.id, after.clone());
             }
-            Some(v) if v["op"] == "d" => {
-                m.remove(&k.to_string());
-            }
-            Some(v) => {
-                m.insert(k.to_string(), v["after"].clone());
+            _ => {
+                m.remove(&r.id);
             }
         }
     }
     m
 }
 
-/// Waits until [`view`] of the log equals the table.
-async fn converge_view(pg: &PgServer, db: &str, c: &Connector, timeout: Duration) {
+/// Waits until [`view`] of the log equals the table; returns the records.
+async fn converge_view(pg: &PgServer, db: &str, c: &Connector, timeout: Duration) -> Vec<AcctRec> {
     let deadline = Instant::now() + timeout;
     loop {
-        let want = table_rows(pg, db, "acct").await;
-        let got = view(&read_topic(&c.log_dir(), ACCT_TOPIC));
+        let want = table(pg, db).await;
+        let recs = read_acct(c);
+        let got = view(&recs);
         if got == want {
-            return;
+            return recs;
         }
         assert!(
             Instant::now() < deadline,
@@ -70,16 +152,14 @@ async fn converge_view(pg: &PgServer, db: &str, c: &Connector, timeout: Duration
     }
 }
 
-/// The records of key `{"id": id}`, in log order.
-fn history(recs: &[Rec], id: i64) -> Vec<&Rec> {
-    recs.iter()
-        .filter(|r| r.key.as_ref().is_some_and(|k| k["id"] == id))
-        .collect()
+/// The records of key `id`, in log order.
+fn history(recs: &[AcctRec], id: i64) -> Vec<&AcctRec> {
+    recs.iter().filter(|r| r.id == id).collect()
 }
 
 /// Asserts that key `id` ends with a delete whose `before` holds `v` (its last known
 /// value) and then a tombstone.
-fn assert_deleted(recs: &[Rec], id: i64, v: i64) {
+fn assert_deleted(recs: &[AcctRec], id: i64, v: i64) {
     let h = history(recs, id);
     let n = h.len();
     assert!(n >= 2, "key {id}: {h:?}");
@@ -87,10 +167,14 @@ fn assert_deleted(recs: &[Rec], id: i64, v: i64) {
         .value
         .as_ref()
         .expect("a delete record, not a tombstone");
-    assert_eq!(d["op"], "d", "key {id}: {d}");
-    assert_eq!(d["before"]["id"], id, "{d}");
-    assert_eq!(d["before"]["v"], v, "the last known row: {d}");
-    assert!(d["after"].is_null(), "{d}");
+    assert_eq!(d.op, "d", "key {id}: {d:?}");
+    let before = d.before.as_ref().expect("before");
+    assert_eq!(
+        (before.id, before.v),
+        (id, Some(v)),
+        "the last known row: {d:?}"
+    );
+    assert!(d.after.is_none(), "{d:?}");
     assert!(
         h[n - 1].value.is_none(),
         "key {id}: a tombstone last: {h:?}"
@@ -100,32 +184,33 @@ fn assert_deleted(recs: &[Rec], id: i64, v: i64) {
 /// Every key's history is valid: a snapshot read (re)sets it, a create starts it (on an
 /// absent key), each update adds exactly 1 to `v`, a delete ends it (on a present key).
 /// So after each key's last snapshot read no change is missing, doubled or out of order.
-fn check_histories(recs: &[Rec]) -> Result<usize, String> {
-    let mut state: HashMap<String, Option<i64>> = HashMap::new();
+fn check_histories(recs: &[AcctRec]) -> Result<usize, String> {
+    let mut state: HashMap<i64, Option<i64>> = HashMap::new();
     let mut n = 0;
     for r in recs {
-        let (Some(k), Some(v)) = (&r.key, &r.value) else {
-            continue;
-        };
-        let key = k.to_string();
-        let after = v["after"]["v"].as_i64();
-        let cur = state.get(&key).copied().flatten();
+        let Some(v) = &r.value else { continue };
+        let after = v.after.as_ref().map(|a| a.v);
+        let cur = state.get(&r.id).copied().flatten();
         n += 1;
-        let at = format!("{key} at {}:{}", r.partition, r.offset);
-        match v["op"].as_str().unwrap() {
+        match v.op.as_str() {
             "r" => {
-                state.insert(key, after);
+                state.insert(r.id, after);
             }
             "c" if cur.is_none() => {
-                state.insert(key, after);
+                state.insert(r.id, after);
             }
             "u" if cur.map(|c| c + 1) == after => {
-                state.insert(key, after);
+                state.insert(r.id, after);
             }
             "d" if cur.is_some() => {
-                state.insert(key, None);
+                state.insert(r.id, None);
             }
-            op => return Err(format!("{op} of {at}: v={after:?} after v={cur:?}")),
+            op => {
+                return Err(format!(
+                    "{op} of id {} at {}:{}: v={after:?} after v={cur:?}",
+                    r.id, r.partition, r.offset
+                ))
+            }
         }
     }
     Ok(n)
@@ -239,10 +324,9 @@ async fn slot_lost_while_running_resnapshots_by_itself_and_deletes_what_is_gone(
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
 
     // By itself: a new slot, a new snapshot, the deletes; the same process throughout.
-    converge_view(&pg, &db, &c, Duration::from_secs(60)).await;
+    let recs = converge_view(&pg, &db, &c, Duration::from_secs(60)).await;
     c.assert_running();
     assert_eq!(c.starts, 1, "no manual restart");
-    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
     for (id, v) in [(2, 1), (4, 1), (10, 0), (11, 0)] {
         assert_deleted(&recs, id, v);
     }
@@ -266,8 +350,7 @@ async fn slot_lost_while_running_resnapshots_by_itself_and_deletes_what_is_gone(
     .unwrap();
     converge_view(&pg, &db, &c, Duration::from_secs(30)).await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
-    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
-    check_histories(&recs).unwrap();
+    check_histories(&read_acct(&c)).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -304,8 +387,7 @@ async fn sigkill_inside_a_snapshot_and_a_re_snapshot_loses_nothing() {
     let read = kill_inside_snapshot(&mut c, rows as f64 * 0.2, rows as f64).await;
     eprintln!("killed inside the re-snapshot after {read} rows");
     c.start();
-    converge_after(&pg, &db, &c, w).await;
-    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
+    let recs = converge_after(&pg, &db, &c, w).await;
     let deleted: Vec<i64> = (0..rows / 10000)
         .map(|k| k * 10000 + 7)
         .chain([1, 2, 3])
@@ -316,7 +398,7 @@ async fn sigkill_inside_a_snapshot_and_a_re_snapshot_loses_nothing() {
         let last_v = h
             .iter()
             .rev()
-            .find_map(|r| r.value.as_ref().and_then(|v| v["after"]["v"].as_i64()))
+            .find_map(|r| r.value.as_ref().and_then(|v| v.after.as_ref()).map(|a| a.v))
             .unwrap();
         assert_deleted(&recs, id, last_v);
     }
@@ -324,24 +406,61 @@ async fn sigkill_inside_a_snapshot_and_a_re_snapshot_loses_nothing() {
     dir.disable_cleanup(false);
 }
 
-/// Stops the workload, waits until the view equals the table, checks every history.
-async fn converge_after(pg: &PgServer, db: &str, c: &Connector, w: Writer) {
+/// Stops the workload, waits until the view equals the table, checks every history;
+/// returns the records.
+async fn converge_after(pg: &PgServer, db: &str, c: &Connector, w: Writer) -> Vec<AcctRec> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let commits = w.finish().await;
-    converge_view(pg, db, c, Duration::from_secs(180)).await;
-    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
+    // Cheaply first (decoding the whole log is slow): until the log's checkpoint passes
+    // the WAL written so far (the connector's heartbeats move it on a quiet database).
+    let target: Lsn = pg
+        .superuser_client(db)
+        .await
+        .unwrap()
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get::<_, String>(0)
+        .parse()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while checkpoint_position(c).is_none_or(|p| p.lsn < target) {
+        assert!(
+            Instant::now() < deadline,
+            "the log's checkpoint did not reach {target}\n{}",
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let recs = converge_view(pg, db, c, Duration::from_secs(60)).await;
     let n = check_histories(&recs).unwrap_or_else(|e| panic!("{e}\nkept in {}", c.dir.display()));
     eprintln!("{commits} transactions committed meanwhile; {n} change records checked");
+    if let Some(l) = c
+        .output()
+        .lines()
+        .rfind(|l| l.contains("snapshot read every table"))
+    {
+        eprintln!("{l}");
+    }
+    recs
+}
+
+/// The log's durable checkpoint, when it is a Postgres position (not an unfinished
+/// snapshot).
+fn checkpoint_position(c: &Connector) -> Option<PgPosition> {
+    let log = Log::open_read_only(c.log_dir()).ok()?;
+    match Checkpoint::from_bytes(&log.checkpoint()?).unwrap() {
+        Checkpoint::At(SourcePosition::Postgres(p)) => Some(p),
+        _ => None,
+    }
 }
 
 /// The log's durable checkpoint: its Postgres position's LSN as text.
 fn checkpoint_lsn(c: &Connector) -> String {
-    let log = Log::open_read_only(c.log_dir()).unwrap();
-    let cp = Checkpoint::from_bytes(&log.checkpoint().expect("a checkpoint")).unwrap();
-    match cp {
-        Checkpoint::At(SourcePosition::Postgres(p)) => p.lsn.to_string(),
-        other => panic!("not a Postgres position: {other}"),
-    }
+    checkpoint_position(c)
+        .expect("a Postgres position as the checkpoint")
+        .lsn
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -369,5 +488,5 @@ async fn sigterm_confirms_exactly_the_durable_position() {
     c.start();
     converge_view(&pg, &db, &c, Duration::from_secs(60)).await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
-    check_histories(&read_topic(&c.log_dir(), ACCT_TOPIC)).unwrap();
+    check_histories(&read_acct(&c)).unwrap();
 }
