@@ -32,6 +32,19 @@
 //! pipeline stops mid-transaction the partial records are left unflushed (the supervisor
 //! drops the log, which discards them like a crash would).
 //!
+//! # Re-snapshot: deletes for what the snapshot no longer finds
+//!
+//! A source frames every snapshot with [`SnapshotMark`]s. At `Begin` the pipeline flushes
+//! (with the `SnapshotIncomplete` the batch carries over an existing log) and notes where
+//! the snapshot's records start in each topic of its tables. At `End`, when those topics
+//! held records before, it flushes the snapshot's rows under `SnapshotIncomplete` — the one
+//! flush of records without their position, safe because a restart from that checkpoint
+//! snapshots again — and [`reconcile`] appends a delete and a tombstone for every key live
+//! before and not read by the snapshot. `End`'s position is then pending like any commit:
+//! the flush that makes it durable covers the deletes. A crash before it leaves
+//! `SnapshotIncomplete`; the next snapshot's prefix then holds this one's rows, and the
+//! deletes are computed again against it.
+//!
 //! # Encoding in parallel
 //!
 //! The pipeline task registers schemas and appends; encoding runs beside it ([`encode`]):
