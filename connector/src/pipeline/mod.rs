@@ -543,7 +543,7 @@ impl Pipeline {
         debug_assert!(self.pending.is_none(), "a snapshot's rows carry no commit");
         let log = self.log.clone();
         let settings = reconcile::Settings {
-            format: self.cfg.encoder.format.clone(),
+            format: self.cfg.encoder.format,
             tombstones: self.cfg.encoder.tombstones_on_delete,
             keys_per_pass: self.reconcile_keys_per_pass,
         };
