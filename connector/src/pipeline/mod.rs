@@ -79,7 +79,10 @@ use std::time::{Duration, Instant};
 
 use cdc_log::{HeaderRef, Log, NewRecord, Topic, TopicConfig};
 use cdc_schemas::compat::CompatibilityLevel;
-use cdc_schemas::encode::{EncodeError, Encoder, EncoderConfig, RecordBuf, SchemaIds, TopicRouter};
+use cdc_schemas::encode::redelete_avro::WriterSchema;
+use cdc_schemas::encode::{
+    EncodeError, Encoder, EncoderConfig, RecordBuf, RecordFormat, SchemaIds, TopicRouter,
+};
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
 use cdc_schemas::{ChangeEvent, Checkpoint, Op, TableId, TableSchema};
 use cdc_sources::keys::{MessageKeyColumns, Rekeyer, UnknownKeyColumn};
@@ -542,10 +545,24 @@ impl Pipeline {
         }
         debug_assert!(self.pending.is_none(), "a snapshot's rows carry no commit");
         let log = self.log.clone();
+        let format = self.cfg.encoder.format;
+        // Avro values are rewritten with their writer schema: the registry's, by id, asked
+        // from the blocking thread the reconciliation runs on.
+        let schemas: Option<reconcile::SchemaLookup> = (format == RecordFormat::Avro).then(|| {
+            let registry = self.registry.clone();
+            let rt = tokio::runtime::Handle::current();
+            Box::new(move |id: u32| {
+                let s = rt
+                    .block_on(registry.schema_by_id(id))
+                    .map_err(|e| e.to_string())?;
+                WriterSchema::parse(&s.text).map_err(|e| e.to_string())
+            }) as reconcile::SchemaLookup
+        });
         let settings = reconcile::Settings {
-            format: self.cfg.encoder.format,
+            format,
             tombstones: self.cfg.encoder.tombstones_on_delete,
             keys_per_pass: self.reconcile_keys_per_pass,
+            schemas,
         };
         let started = Instant::now();
         let outcome = tokio::task::spawn_blocking(move || {
@@ -1046,13 +1063,19 @@ mod tests {
     /// pass and with many (a small key map).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn re_snapshot_deletes_the_keys_it_does_not_find_again() {
-        for keys_per_pass in [reconcile::KEYS_PER_PASS, 3] {
+        for (keys_per_pass, tombstones) in [
+            (reconcile::KEYS_PER_PASS, true),
+            (3, true),
+            (reconcile::KEYS_PER_PASS, false),
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let (log, registry) = open_log_and_registry(dir.path());
             let registry: Arc<dyn SchemaRegistry> = Arc::new(registry);
-            let cfg = || PipelineConfig {
-                topic_config: TopicConfig::with_partitions(3),
-                ..config()
+            let cfg = || {
+                let mut c = config();
+                c.topic_config = TopicConfig::with_partitions(3);
+                c.encoder.tombstones_on_delete = tombstones;
+                c
             };
             let (a, other) = (table("a", false), table("other", false));
             let (tx, run, _drx) = spawn(&log, registry.clone(), cfg());
@@ -1121,14 +1144,24 @@ mod tests {
             for id in &gone {
                 let old = before.iter().filter(|(k, _)| k["id"] == *id).count();
                 let mine: Vec<_> = after.iter().filter(|(k, _)| k["id"] == *id).collect();
-                assert_eq!(mine.len(), old + 2, "key {id}: {mine:?}");
+                // Without tombstones_on_delete: the delete alone.
+                let extra = if tombstones { 2 } else { 1 };
+                assert_eq!(mine.len(), old + extra, "key {id}: {mine:?}");
                 let mine = &mine[old..];
                 let d = mine[0].1.as_ref().unwrap();
                 assert_eq!(d["op"], "d");
                 assert_eq!(d["before"]["id"], *id);
                 assert_eq!(d["before"]["v"], if *id < 10 { "v2" } else { "v1" });
                 assert!(d["after"].is_null());
-                assert!(mine[1].1.is_none(), "tombstone after the delete of {id}");
+                if tombstones {
+                    assert!(mine[1].1.is_none(), "tombstone after the delete of {id}");
+                }
+            }
+            // Keys deleted before (a delete their newest record) get nothing more.
+            for id in 30..35 {
+                let old = before.iter().filter(|(k, _)| k["id"] == id).count();
+                let now = after.iter().filter(|(k, _)| k["id"] == id).count();
+                assert_eq!(now, old, "key {id} was deleted before the snapshot");
             }
             assert_eq!(
                 records(&log, "t.public.other").len(),
@@ -1136,6 +1169,80 @@ mod tests {
                 "another topic is left alone"
             );
         }
+    }
+
+    /// With Avro values the deletes are rewritten with each record's writer schema (from
+    /// the registry): every key the re-snapshot did not read ends with a delete envelope
+    /// and a tombstone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn re_snapshot_with_avro_values_writes_delete_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, registry) = open_log_and_registry(dir.path());
+        let registry: Arc<dyn SchemaRegistry> = Arc::new(registry);
+        let cfg = || {
+            let mut c = config();
+            c.encoder.format = RecordFormat::Avro;
+            c.topic_config = TopicConfig::with_partitions(2);
+            c
+        };
+        let a = table("a", false);
+        let (tx, run, _drx) = spawn(&log, registry.clone(), cfg());
+        let evs = (0..12)
+            .map(|id| ChangeEvent::create(a.clone(), row(id, "v1"), position(10), 0).unwrap())
+            .collect();
+        send(&tx, evs, Some(pos(10))).await;
+        finish(tx, run).await.1.unwrap();
+        let (tx, run, _drx) = spawn(&log, registry.clone(), cfg());
+        send_mark(
+            &tx,
+            vec![],
+            Some(Checkpoint::SnapshotIncomplete),
+            SnapshotMark::Begin {
+                tables: vec![a.id.clone()],
+            },
+        )
+        .await;
+        let rows = (0..12)
+            .filter(|id| id % 3 != 0)
+            .map(|id| ChangeEvent::read(a.clone(), row(id, "snap"), position(40), 0).unwrap())
+            .collect();
+        send(&tx, rows, None).await;
+        send_mark(&tx, vec![], Some(pos(40)), SnapshotMark::End).await;
+        let (stats, r) = finish(tx, run).await;
+        r.unwrap();
+        assert_eq!(stats.reconciled_deletes, 4);
+        // Per key (its bytes): the last two records.
+        let mut last: HashMap<Vec<u8>, Vec<Option<Vec<u8>>>> = HashMap::new();
+        for p in 0..2 {
+            let mut rd = log.reader("t.public.a", p, StartAt::Earliest).unwrap();
+            loop {
+                let recs = rd.poll(1 << 20).unwrap();
+                if recs.is_empty() {
+                    break;
+                }
+                for rec in recs {
+                    last.entry(rec.key.unwrap().to_vec())
+                        .or_default()
+                        .push(rec.value.map(|v| v.to_vec()));
+                }
+            }
+        }
+        let mut deleted = 0;
+        for values in last.values() {
+            let n = values.len();
+            let Some(d) = values[n - 2].as_ref().filter(|_| values[n - 1].is_none()) else {
+                assert_eq!(n, 2, "a key read again: create + read");
+                continue;
+            };
+            let id = cdc_schemas::encode::redelete::avro_schema_id(d).unwrap();
+            let w = WriterSchema::parse(&registry.schema_by_id(id).await.unwrap().text).unwrap();
+            assert!(
+                w.is_delete(&d[5..]).unwrap(),
+                "a delete envelope before the tombstone"
+            );
+            deleted += 1;
+        }
+        assert_eq!(deleted, 4);
     }
 
     /// A crash after the deletes are appended and before the snapshot's end is durable:
@@ -1149,6 +1256,7 @@ mod tests {
             format: config().encoder.format,
             tombstones: true,
             keys_per_pass: reconcile::KEYS_PER_PASS,
+            schemas: None,
         };
         let topic_cfg = TopicConfig::with_partitions(2);
         {

@@ -35,16 +35,21 @@
 //!   (another key format, another key schema id) is another key, and the old one is deleted.
 //! - A routed topic (`[[routing]]`) holding a table the snapshot does not read loses that
 //!   table's keys: keys are per topic.
-//! - With `format.value = "avro"` the delete record cannot be rewritten from the last
-//!   record here: the key gets the tombstone alone. Without tombstones
-//!   (`tombstones_on_delete = false`) it gets the delete alone; with Avro and no
-//!   tombstones it still gets a tombstone, the only way left to remove it.
+//! - An Avro record is rewritten with its writer schema, fetched from the registry by the
+//!   id in its frame (once per id). When that fails (the registry unreachable, a schema it
+//!   cannot walk), or a last record is not a change envelope, the key gets the tombstone
+//!   alone (warned once per reconciliation). Without tombstones (`tombstones_on_delete =
+//!   false`) a key gets the delete alone — or, when no delete could be made, a tombstone
+//!   still, the only way left to remove it.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 
+use std::sync::Arc;
+
 use cdc_log::{Log, LogError, NewRecord, ResetPolicy, StartAt, Topic};
-use cdc_schemas::encode::redelete::{delete_from_last, is_delete};
+use cdc_schemas::encode::redelete::{avro_schema_id, delete_from_last, is_delete};
+use cdc_schemas::encode::redelete_avro::WriterSchema;
 use cdc_schemas::encode::RecordFormat;
 
 /// Keys a pass holds at most (16-byte hash + 8-byte offset + hashbrown's control byte and
@@ -88,13 +93,73 @@ impl Start {
     }
 }
 
+/// The writer schema of an Avro schema id (the registry's), or why there is none.
+pub(super) type SchemaLookup = Box<dyn Fn(u32) -> Result<WriterSchema, String> + Send>;
+
 /// How deletes are written.
-#[derive(Debug, Clone)]
 pub(super) struct Settings {
     pub format: RecordFormat,
     pub tombstones: bool,
     /// Keys per pass (tests lower it to exercise the passes).
     pub keys_per_pass: u64,
+    /// For Avro values.
+    pub schemas: Option<SchemaLookup>,
+}
+
+/// Reads and rewrites values; Avro writer schemas are looked up once per id.
+struct Rewriter<'s> {
+    s: &'s Settings,
+    schemas: HashMap<u32, Option<Arc<WriterSchema>>>,
+    warned: bool,
+}
+
+impl Rewriter<'_> {
+    fn writer(&mut self, value: &[u8]) -> Option<Arc<WriterSchema>> {
+        if self.s.format != RecordFormat::Avro {
+            return None;
+        }
+        let id = avro_schema_id(value)?;
+        if let Some(w) = self.schemas.get(&id) {
+            return w.clone();
+        }
+        let w = match self.s.schemas.as_ref().map(|f| f(id)) {
+            Some(Ok(w)) => Some(Arc::new(w)),
+            Some(Err(e)) => {
+                self.warn(&format!("Avro schema id {id}: {e}"));
+                None
+            }
+            None => None,
+        };
+        self.schemas.insert(id, w.clone());
+        w
+    }
+
+    fn warn(&mut self, why: &str) {
+        if !self.warned {
+            self.warned = true;
+            tracing::warn!(reason = %why, "re-snapshot: a deleted key's last record could not be rewritten as a delete; such keys get a tombstone only");
+        }
+    }
+
+    fn is_delete(&mut self, value: &[u8]) -> bool {
+        let w = self.writer(value);
+        is_delete(&self.s.format, value, w.as_deref()) == Some(true)
+    }
+
+    /// The delete for a key whose last record's value is `last`, if one can be made.
+    fn delete(&mut self, last: &[u8], ts_ms: i64) -> Option<Vec<u8>> {
+        let w = self.writer(last);
+        if self.s.format == RecordFormat::Avro && w.is_none() {
+            return None;
+        }
+        match delete_from_last(&self.s.format, last, ts_ms, w.as_deref()) {
+            Ok(d) => d,
+            Err(e) => {
+                self.warn(&e.to_string());
+                None
+            }
+        }
+    }
 }
 
 /// What a reconciliation appended.
@@ -116,12 +181,19 @@ pub(super) fn reconcile(
     now_ms: i64,
 ) -> Result<Outcome, LogError> {
     let hasher = KeyHasher::default();
+    let mut rw = Rewriter {
+        s,
+        schemas: HashMap::new(),
+        warned: false,
+    };
     let mut out = Outcome::default();
     for (name, starts) in &start.topics {
         let topic = log.topic(name)?;
         let before = out;
         for (p, &start) in starts.iter().enumerate() {
-            partition(log, &topic, p as u32, start, s, &hasher, now_ms, &mut out)?;
+            partition(
+                log, &topic, p as u32, start, &mut rw, &hasher, now_ms, &mut out,
+            )?;
         }
         if out.deleted_keys > before.deleted_keys {
             tracing::info!(
@@ -180,7 +252,7 @@ fn partition(
     topic: &Topic,
     p: u32,
     start: u64,
-    s: &Settings,
+    rw: &mut Rewriter<'_>,
     hasher: &KeyHasher,
     now_ms: i64,
     out: &mut Outcome,
@@ -190,6 +262,7 @@ fn partition(
     if start <= first {
         return Ok(());
     }
+    let s = rw.s;
     let passes = (start - first).div_ceil(s.keys_per_pass.max(1)).max(1);
     let cap = (start - first).min(s.keys_per_pass) as usize;
     // Whether a non-null value can be a delete: only when deletes have no tombstone after
@@ -197,7 +270,6 @@ fn partition(
     let check_deletes = !s.tombstones;
     let mut live: HashMap<u128, u64> = HashMap::with_capacity(cap);
     let mut pending = Appender::new(topic, p);
-    let mut warned = false;
     for pass in 0..passes {
         let in_pass = |h: u128| passes == 1 || (h as u64) % passes == pass;
         live.clear();
@@ -214,7 +286,7 @@ fn partition(
                 }
                 let dead = match value {
                     None => true,
-                    Some(v) => check_deletes && is_delete(&s.format, v) == Some(true),
+                    Some(v) => check_deletes && rw.is_delete(v),
                 };
                 if dead {
                     live.remove(&h);
@@ -253,17 +325,7 @@ fn partition(
                     return Ok(());
                 }
                 live.remove(&h);
-                let delete = match value.map(|v| delete_from_last(&s.format, v, now_ms)) {
-                    Some(Ok(d)) => d,
-                    Some(Err(e)) => {
-                        if !warned {
-                            warned = true;
-                            tracing::warn!(topic = %name, partition = p, offset = off, error = %e, "re-snapshot: a deleted key's last record is not a change envelope; it gets a tombstone only");
-                        }
-                        None
-                    }
-                    None => None,
-                };
+                let delete = value.and_then(|v| rw.delete(v, now_ms));
                 out.deleted_keys += 1;
                 let made = delete.is_some();
                 if let Some(d) = delete {
