@@ -44,13 +44,72 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-
 use std::sync::Arc;
+use std::time::Instant;
 
 use cdc_log::{Log, LogError, NewRecord, ResetPolicy, StartAt, Topic};
 use cdc_schemas::encode::redelete::{avro_schema_id, delete_from_last, is_delete};
 use cdc_schemas::encode::redelete_avro::WriterSchema;
 use cdc_schemas::encode::RecordFormat;
+use cdc_schemas::Checkpoint;
+
+use super::{now_ns, PipelineError};
+
+impl super::Pipeline {
+    /// At a snapshot's `End`: makes the snapshot's records durable under
+    /// `SnapshotIncomplete` (readable, and a crash still snapshots again), then appends the
+    /// deletes of the keys it did not find ([`reconcile`]). Its position, made pending
+    /// next, covers them in one durable step.
+    pub(super) async fn reconcile_snapshot(&mut self) -> Result<(), PipelineError> {
+        let Some(start) = self.snapshot_start.take() else {
+            return Ok(());
+        };
+        if start.is_empty() {
+            return Ok(());
+        }
+        debug_assert!(self.pending.is_none(), "a snapshot's rows carry no commit");
+        let log = self.log.clone();
+        let format = self.cfg.encoder.format;
+        // Avro values are rewritten with their writer schema: the registry's, by id, asked
+        // from the blocking thread the reconciliation runs on.
+        let schemas: Option<SchemaLookup> = (format == RecordFormat::Avro).then(|| {
+            let registry = self.registry.clone();
+            let rt = tokio::runtime::Handle::current();
+            Box::new(move |id: u32| {
+                let s = rt
+                    .block_on(registry.schema_by_id(id))
+                    .map_err(|e| e.to_string())?;
+                WriterSchema::parse(&s.text).map_err(|e| e.to_string())
+            }) as SchemaLookup
+        });
+        let settings = Settings {
+            format,
+            tombstones: self.cfg.encoder.tombstones_on_delete,
+            keys_per_pass: self.reconcile_keys_per_pass,
+            schemas,
+        };
+        let started = Instant::now();
+        let outcome = tokio::task::spawn_blocking(move || {
+            log.flush(Some(&Checkpoint::SnapshotIncomplete.to_bytes()))?;
+            reconcile(&log, &start, &settings, now_ns() / 1_000_000)
+        })
+        .await
+        .map_err(|e| PipelineError::FlushTask(e.to_string()))??;
+        self.stats.flushes += 1;
+        self.stats.records += outcome.records;
+        self.stats.reconciled_deletes += outcome.deleted_keys;
+        // The deletes are not counted: `End`'s position, next, is flushed with them.
+        self.bytes_since_flush = 0;
+        tracing::info!(
+            deleted_keys = outcome.deleted_keys,
+            tombstone_only = outcome.tombstone_only,
+            records = outcome.records,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "re-snapshot reconciled: the log's keys now match the snapshot"
+        );
+        Ok(())
+    }
+}
 
 /// Keys a pass holds at most (16-byte hash + 8-byte offset + hashbrown's control byte and
 /// up to 2× slack: ≤ 48 MiB).
