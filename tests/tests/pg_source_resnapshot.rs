@@ -8,6 +8,8 @@
 //!   connector's own progress gauges say the snapshot runs), then a restart: the view
 //!   equals the table, and every key's history since its last snapshot read is gapless
 //!   (each committed `v = v + 1` once, in order): no committed change missing or doubled;
+//! - the same with `format.value = "avro"`: the deletes are Avro delete envelopes, read
+//!   back with the writer schema the embedded registry serves for their id;
 //! - SIGTERM under a running workload: the slot's `confirmed_flush_lsn` after the exit is
 //!   the position of the log's durable checkpoint, exactly.
 
@@ -20,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use cdc_harness::PgServer;
 use cdc_log::{Log, StartAt};
+use cdc_schemas::encode::redelete_avro::WriterSchema;
 use cdc_schemas::{Checkpoint, Lsn, PgPosition, SourcePosition};
 use pg_source_util::slot::*;
 use pg_source_util::*;
@@ -351,6 +354,76 @@ async fn slot_lost_while_running_resnapshots_by_itself_and_deletes_what_is_gone(
     converge_view(&pg, &db, &c, Duration::from_secs(30)).await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     check_histories(&read_acct(&c)).unwrap();
+}
+
+/// The `id` of an Avro-encoded `acct` key (the Confluent frame, then the `int` field).
+fn avro_key_id(key: &[u8]) -> i64 {
+    let mut z: u64 = 0;
+    for (i, b) in key[5..].iter().enumerate() {
+        z |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slot_lost_with_avro_values_gets_avro_delete_records() {
+    let pg = small_wal_keep_server();
+    let db = setup_acct(&pg, 20).await;
+    let extra = format!("{WHEN_NEEDED}\n[format]\nvalue = \"avro\"\n");
+    let (_dir, mut c) = temp_connector(&pg, &db, &["public.acct"], &extra);
+    c.start();
+    c.wait_records(ACCT_TOPIC, 20, Duration::from_secs(30))
+        .await;
+    let pid = c.child.as_ref().unwrap().id() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    invalidate_slot(&pg, &db).await;
+    pg.execute(&db, "DELETE FROM acct WHERE id IN (3, 5, 8);")
+        .await
+        .unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // 20 snapshot reads, 17 re-reads, 3 × (delete + tombstone).
+    c.wait_records(ACCT_TOPIC, 20 + 17 + 6, Duration::from_secs(60))
+        .await;
+    c.assert_running();
+    let addr = admin_addr(&c).unwrap();
+    let log = Log::open_read_only(c.log_dir()).unwrap();
+    let mut per_key: BTreeMap<i64, Vec<Option<Vec<u8>>>> = BTreeMap::new();
+    for p in 0..3 {
+        let mut r = log.reader(ACCT_TOPIC, p, StartAt::Earliest).unwrap();
+        while r
+            .poll_with(1 << 20, |rec| {
+                per_key
+                    .entry(avro_key_id(rec.key.unwrap()))
+                    .or_default()
+                    .push(rec.value.map(<[u8]>::to_vec))
+            })
+            .unwrap()
+            > 0
+        {}
+    }
+    assert_eq!(per_key.len(), 20);
+    for (id, values) in &per_key {
+        let n = values.len();
+        if ![3, 5, 8].contains(id) {
+            assert_eq!(n, 2, "key {id}: read twice");
+            continue;
+        }
+        assert_eq!(n, 3, "key {id}: read, delete, tombstone");
+        assert!(values[2].is_none(), "key {id}: a tombstone last");
+        let d = values[1].as_ref().expect("a delete record");
+        let schema_id = cdc_schemas::encode::redelete::avro_schema_id(d).unwrap();
+        let (status, body) = http(&addr, "GET", &format!("/schemas/ids/{schema_id}"), None, "");
+        assert_eq!(status, 200, "{body}");
+        let w = WriterSchema::parse(body["schema"].as_str().unwrap()).unwrap();
+        assert!(
+            w.is_delete(&d[5..]).unwrap(),
+            "key {id}: an Avro delete envelope"
+        );
+    }
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -83,18 +83,24 @@ pub async fn invalidate_slot(pg: &PgServer, slot: &str) {
     }
 }
 
-/// `GET /metrics` on the connector's admin server (its newest address in its log); None
-/// while it does not answer.
-pub fn admin_metrics(c: &Connector) -> Option<String> {
+/// The connector's admin address (the newest in its log).
+pub fn admin_addr(c: &Connector) -> Option<String> {
     let log = std::fs::read_to_string(c.dir.join("connector.log")).ok()?;
     let line = log
         .lines()
         .rfind(|l| l.contains("admin server listening"))?;
     let at = line.find("127.0.0.1:")?;
-    let addr: String = line[at..]
-        .chars()
-        .take_while(|ch| ch.is_ascii_digit() || *ch == '.' || *ch == ':')
-        .collect();
+    Some(
+        line[at..]
+            .chars()
+            .take_while(|ch| ch.is_ascii_digit() || *ch == '.' || *ch == ':')
+            .collect(),
+    )
+}
+
+/// `GET /metrics` on the connector's admin server; None while it does not answer.
+pub fn admin_metrics(c: &Connector) -> Option<String> {
+    let addr = admin_addr(c)?;
     let mut s = std::net::TcpStream::connect(&addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
     write!(
