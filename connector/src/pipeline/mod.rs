@@ -494,12 +494,14 @@ impl Pipeline {
         }
         self.stats.events += end.events as u64;
         if let Some(SnapshotMark::Begin { tables }) = &end.mark {
-            // Durable first (its `SnapshotIncomplete` and everything before it), so the
+            // Durable first (everything before it, then its `SnapshotIncomplete`), so the
             // start offsets are where the snapshot's records begin.
-            if let Some(pos) = end.commit.clone() {
-                self.pending = Some((pos, Instant::now()));
-            }
             self.flush_pending().await?;
+            if let Some(pos) = end.commit.clone() {
+                self.stats.transactions += 1;
+                self.pending = Some((pos, Instant::now()));
+                self.flush_pending().await?;
+            }
             let topics: Vec<String> = tables
                 .iter()
                 .map(|t| self.cfg.router.topic_for(t))
