@@ -21,11 +21,13 @@
 //!
 //! Keys are held as 128-bit hashes (two independently seeded SipHash-1-3 values; a
 //! collision needs about 2^64 keys) with the offset of their newest record: a
-//! `HashMap<u128, u64>`, at most [`KEYS_PER_PASS`] entries (≤ 48 MiB with the table's
-//! slack). A partition whose prefix holds more records than that is done in several passes,
-//! each over the keys of one hash bucket (`hash mod passes`), so memory stays under the bound
-//! whatever the table size; each pass reads the partition's prefix twice and the
-//! snapshot's records once. Records are visited in the reader's buffer
+//! `HashMap<(u64, u64), u64>` of 24 bytes an entry plus a control byte, sized for
+//! [`KEYS_PER_PASS`] keys (2^20 slots: about 25 MiB; should a pass hold more keys than
+//! planned, the table doubles once, 50 MiB). A partition whose prefix holds more records
+//! than that is done in several passes, each over the keys of one hash bucket
+//! (`hash mod passes`, so each pass holds about `records / passes` keys at most), and
+//! memory stays under the bound whatever the table size; each pass reads the partition's
+//! prefix twice and the snapshot's records once. Records are visited in the reader's buffer
 //! ([`cdc_log::Reader::poll_with`]): nothing is allocated per record read; the deletes are
 //! appended in batches of about [`APPEND_BYTES`].
 //!
@@ -111,9 +113,9 @@ impl super::Pipeline {
     }
 }
 
-/// Keys a pass holds at most (16-byte hash + 8-byte offset + hashbrown's control byte and
-/// up to 2× slack: ≤ 48 MiB).
-pub(super) const KEYS_PER_PASS: u64 = 1 << 20;
+/// Keys a pass is planned for: 7/8 of 2^20, the most a table of 2^20 slots holds at
+/// hashbrown's load factor (24-byte entries + 1 control byte: about 25 MiB).
+pub(super) const KEYS_PER_PASS: u64 = 7 << 17;
 
 /// Deletes appended per log batch.
 const APPEND_BYTES: usize = 1 << 20;
@@ -271,8 +273,8 @@ pub(super) fn reconcile(
 struct KeyHasher(std::hash::RandomState, std::hash::RandomState);
 
 impl KeyHasher {
-    fn hash(&self, key: &[u8]) -> u128 {
-        ((self.0.hash_one(key) as u128) << 64) | self.1.hash_one(key) as u128
+    fn hash(&self, key: &[u8]) -> (u64, u64) {
+        (self.0.hash_one(key), self.1.hash_one(key))
     }
 }
 
@@ -327,10 +329,10 @@ fn partition(
     // Whether a non-null value can be a delete: only when deletes have no tombstone after
     // them (with tombstones, the tombstone is every deleted key's newest record).
     let check_deletes = !s.tombstones;
-    let mut live: HashMap<u128, u64> = HashMap::with_capacity(cap);
+    let mut live: HashMap<(u64, u64), u64> = HashMap::with_capacity(cap);
     let mut pending = Appender::new(topic, p);
     for pass in 0..passes {
-        let in_pass = |h: u128| passes == 1 || (h as u64) % passes == pass;
+        let in_pass = |h: (u64, u64)| passes == 1 || h.1 % passes == pass;
         live.clear();
         scan(
             log,
