@@ -508,12 +508,10 @@ async fn converge_after(pg: &PgServer, db: &str, c: &Connector, w: Writer) -> Ve
     let recs = converge_view(pg, db, c, Duration::from_secs(60)).await;
     let n = check_histories(&recs).unwrap_or_else(|e| panic!("{e}\nkept in {}", c.dir.display()));
     eprintln!("{commits} transactions committed meanwhile; {n} change records checked");
-    if let Some(l) = c
-        .output()
-        .lines()
-        .rfind(|l| l.contains("snapshot read every table"))
-    {
-        eprintln!("{l}");
+    for what in ["snapshot read every table", "re-snapshot reconciled"] {
+        if let Some(l) = c.output().lines().rfind(|l| l.contains(what)) {
+            eprintln!("{l}");
+        }
     }
     recs
 }

@@ -27,7 +27,9 @@
 //! than that is done in several passes, each over the keys of one hash bucket
 //! (`hash mod passes`, so each pass holds about `records / passes` keys at most), and
 //! memory stays under the bound whatever the table size; each pass reads the partition's
-//! prefix twice and the snapshot's records once. Records are visited in the reader's buffer
+//! prefix and the snapshot's records once, then the deleted keys' newest records where
+//! they are (a seek each, or reading on when they are close). Records are visited in the
+//! reader's buffer
 //! ([`cdc_log::Reader::poll_with`]): nothing is allocated per record read; the deletes are
 //! appended in batches of about [`APPEND_BYTES`].
 //!
@@ -307,6 +309,52 @@ fn scan(
     result
 }
 
+/// A seek costs about one batch read: targets closer than this many records are reached
+/// by reading on.
+const SEEK_GAP: u64 = 4096;
+
+/// Visits the keyed records at `offsets` (ascending) of a partition, seeking to each one
+/// that lies far ahead (a compacted-away offset is passed over).
+fn visit_offsets(
+    log: &Log,
+    topic: &str,
+    p: u32,
+    offsets: &[u64],
+    mut f: impl FnMut(u64, &[u8], Option<&[u8]>) -> Result<(), LogError>,
+) -> Result<(), LogError> {
+    let Some(&first) = offsets.first() else {
+        return Ok(());
+    };
+    let mut r = log.reader(topic, p, StartAt::Offset(first))?;
+    r.set_reset_policy(ResetPolicy::Earliest);
+    let mut i = 0;
+    let mut result = Ok(());
+    while i < offsets.len() {
+        if offsets[i] >= r.high_watermark() {
+            // Past the end (a reader out of range would start over from the earliest).
+            break;
+        }
+        if offsets[i] > r.position() + SEEK_GAP {
+            r.seek(StartAt::Offset(offsets[i]))?;
+        }
+        let n = r.poll_with(64 << 10, |rec| {
+            while i < offsets.len() && offsets[i] < rec.offset {
+                i += 1;
+            }
+            if result.is_ok() && i < offsets.len() && offsets[i] == rec.offset {
+                i += 1;
+                if let Some(k) = rec.key {
+                    result = f(rec.offset, k, rec.value);
+                }
+            }
+        })?;
+        if n == 0 || result.is_err() {
+            break;
+        }
+    }
+    result
+}
+
 #[allow(clippy::too_many_arguments)]
 fn partition(
     log: &Log,
@@ -374,35 +422,31 @@ fn partition(
         if live.is_empty() {
             continue;
         }
-        scan(
-            log,
-            &name,
-            p,
-            StartAt::Earliest,
-            start,
-            |off, key, value| {
-                let h = hasher.hash(key);
-                if live.get(&h) != Some(&off) {
-                    return Ok(());
-                }
-                live.remove(&h);
-                let delete = value.and_then(|v| rw.delete(v, now_ms));
-                out.deleted_keys += 1;
-                let made = delete.is_some();
-                if let Some(d) = delete {
-                    pending.push(key, Some(d), now_ms)?;
-                    out.records += 1;
-                }
-                if s.tombstones || !made {
-                    pending.push(key, None, now_ms)?;
-                    out.records += 1;
-                }
-                if !made {
-                    out.tombstone_only += 1;
-                }
-                Ok(())
-            },
-        )?;
+        // The deleted keys' newest records, in offset order: read where they are.
+        let mut offsets: Vec<u64> = live.values().copied().collect();
+        offsets.sort_unstable();
+        visit_offsets(log, &name, p, &offsets, |off, key, value| {
+            let h = hasher.hash(key);
+            if live.get(&h) != Some(&off) {
+                return Ok(());
+            }
+            live.remove(&h);
+            let delete = value.and_then(|v| rw.delete(v, now_ms));
+            out.deleted_keys += 1;
+            let made = delete.is_some();
+            if let Some(d) = delete {
+                pending.push(key, Some(d), now_ms)?;
+                out.records += 1;
+            }
+            if s.tombstones || !made {
+                pending.push(key, None, now_ms)?;
+                out.records += 1;
+            }
+            if !made {
+                out.tombstone_only += 1;
+            }
+            Ok(())
+        })?;
     }
     pending.flush()
 }
@@ -448,5 +492,47 @@ impl<'t> Appender<'t> {
         self.records.clear();
         self.bytes = 0;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cdc_log::{LogOptions, TopicConfig};
+
+    /// Far targets are sought, near ones read on to; each visited once, in order.
+    #[test]
+    fn visit_offsets_seeks_far_and_reads_on_near() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        let t = log
+            .topic_or_create("t", TopicConfig::with_partitions(1))
+            .unwrap();
+        let keys: Vec<String> = (0..20_000).map(|i| format!("k{i}")).collect();
+        for chunk in keys.chunks(500) {
+            let recs: Vec<NewRecord<'_>> = chunk
+                .iter()
+                .map(|k| NewRecord::new(Some(k.as_bytes()), Some(b"v"), 1))
+                .collect();
+            t.append(0, &recs).unwrap();
+        }
+        log.flush(None).unwrap();
+        let want = [3, 4, 9_000, 9_001, 9_500, 19_999];
+        let mut got = Vec::new();
+        visit_offsets(&log, "t", 0, &want, |off, key, _| {
+            assert_eq!(key, format!("k{off}").as_bytes());
+            got.push(off);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, want);
+        // Past the end: nothing, no error.
+        let mut n = 0;
+        visit_offsets(&log, "t", 0, &[25_000], |_, _, _| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 0);
     }
 }
