@@ -24,11 +24,18 @@
 //! - **Resume.** `resume_from` is the last durable checkpoint. Changes at or before it
 //!   that the database sends again are skipped by the source, so each committed change is
 //!   in the log once.
-//! - **Snapshot hand-off.** A source that starts a snapshot over a log that already has a
-//!   checkpoint first emits [`Checkpoint::SnapshotIncomplete`] (so a crash during the
-//!   snapshot is recognised on restart), then the snapshot's rows (`op = r`) without
-//!   checkpoints, then the position streaming starts from: every change committed after
-//!   the snapshot's consistent point, and none before it, follows in the stream.
+//! - **Snapshot hand-off.** A source that starts a snapshot first emits a batch marked
+//!   [`SnapshotMark::Begin`] naming every table the snapshot reads; over a log that already
+//!   has a checkpoint that batch carries [`Checkpoint::SnapshotIncomplete`] (so a crash
+//!   during the snapshot is recognised on restart). Then the snapshot's rows (`op = r`)
+//!   without checkpoints, then a batch marked [`SnapshotMark::End`] carrying the position
+//!   streaming starts from: every change committed after the snapshot's consistent point,
+//!   and none before it, follows in the stream.
+//! - **Re-snapshot.** The marks are what lets the pipeline make the log's state equal the
+//!   tables after a snapshot taken over an existing log (a lost slot, a purged binlog):
+//!   every key live in the log before `Begin`, of a topic the snapshot's tables go to, and
+//!   not read by the snapshot gets a delete record and a tombstone before `End`'s position
+//!   is durable. A source only marks; it never looks at the log.
 //! - **Shutdown.** When `shutdown` turns true the source stops reading, waits (bounded) for
 //!   the pipeline to drain what it sent, acknowledges the last durable position, and
 //!   returns `Ok(())`. A closed batch channel means the pipeline stopped: return.
@@ -61,7 +68,7 @@ use std::sync::Arc;
 use cdc_schemas::encode::ConnectorKind;
 use cdc_schemas::failure::Failure;
 use cdc_schemas::metrics::Metrics;
-use cdc_schemas::{ChangeEvent, Checkpoint};
+use cdc_schemas::{ChangeEvent, Checkpoint, TableId};
 use tokio::sync::{mpsc, watch};
 
 /// The changes of one transaction, or one chunk of a large transaction.
@@ -75,6 +82,20 @@ pub struct ChangeBatch {
     /// The sum of the events' [`ChangeEvent::approx_size`], when the source computed it as
     /// it made them (their memory is in cache then); 0 = not computed, the queue does.
     pub approx_bytes: u64,
+    /// Set on the batch before a snapshot's first row and on the batch after its last (see
+    /// the crate docs, "Snapshot hand-off").
+    pub snapshot: Option<SnapshotMark>,
+}
+
+/// Where a snapshot starts and ends in the stream of batches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SnapshotMark {
+    /// A snapshot of these tables starts after this batch: the rows it reads follow, then
+    /// [`SnapshotMark::End`].
+    Begin { tables: Vec<TableId> },
+    /// The snapshot read every row of its tables; this batch (no events) carries the
+    /// position streaming starts from.
+    End,
 }
 
 /// What a running source is given by the pipeline.

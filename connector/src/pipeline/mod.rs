@@ -32,6 +32,19 @@
 //! pipeline stops mid-transaction the partial records are left unflushed (the supervisor
 //! drops the log, which discards them like a crash would).
 //!
+//! # Re-snapshot: deletes for what the snapshot no longer finds
+//!
+//! A source frames every snapshot with [`SnapshotMark`]s. At `Begin` the pipeline flushes
+//! (with the `SnapshotIncomplete` the batch carries over an existing log) and notes where
+//! the snapshot's records start in each topic of its tables. At `End`, when those topics
+//! held records before, it flushes the snapshot's rows under `SnapshotIncomplete` — the one
+//! flush of records without their position, safe because a restart from that checkpoint
+//! snapshots again — and [`reconcile`] appends a delete and a tombstone for every key live
+//! before and not read by the snapshot. `End`'s position is then pending like any commit:
+//! the flush that makes it durable covers the deletes. A crash before it leaves
+//! `SnapshotIncomplete`; the next snapshot's prefix then holds this one's rows, and the
+//! deletes are computed again against it.
+//!
 //! # Encoding in parallel
 //!
 //! The pipeline task registers schemas and appends; encoding runs beside it ([`encode`]):
@@ -53,6 +66,7 @@ mod encode;
 pub mod hidden;
 pub mod progress;
 pub mod queue;
+mod reconcile;
 pub mod registry;
 pub mod run;
 mod schemas;
@@ -70,7 +84,7 @@ use cdc_schemas::encode::{EncodeError, Encoder, EncoderConfig, RecordBuf, Schema
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
 use cdc_schemas::{ChangeEvent, Checkpoint, Op, TableId, TableSchema};
 use cdc_sources::keys::{MessageKeyColumns, Rekeyer, UnknownKeyColumn};
-use cdc_sources::DurablePublisher;
+use cdc_sources::{DurablePublisher, SnapshotMark};
 
 use encode::{BufPool, Encoders, Job, Piece, Segment, TableState};
 use queue::{BatchReceiver, Queued, TryRecvError};
@@ -146,6 +160,8 @@ pub struct PipelineStats {
     pub transactions: u64,
     pub flushes: u64,
     pub last_durable: Option<Checkpoint>,
+    /// Keys deleted after a re-snapshot because the snapshot did not find them again.
+    pub reconciled_deletes: u64,
 }
 
 /// Where a job is.
@@ -169,6 +185,7 @@ struct InFlight {
 struct BatchEnd {
     events: usize,
     commit: Option<Checkpoint>,
+    mark: Option<SnapshotMark>,
 }
 
 /// A job of at most this many events is encoded inline when nothing is in flight: a
@@ -197,6 +214,10 @@ pub struct Pipeline {
     rekeyer: Rekeyer,
     /// The first table seen on each routed topic (to warn about shared keys once).
     routed_tables: HashMap<String, TableId>,
+    /// Between a snapshot's `Begin` and `End`: where its records start.
+    snapshot_start: Option<reconcile::Start>,
+    /// Keys per pass of a reconciliation.
+    reconcile_keys_per_pass: u64,
 }
 
 impl InFlight {
@@ -233,6 +254,8 @@ impl Pipeline {
             partial: false,
             rekeyer,
             routed_tables: HashMap::new(),
+            snapshot_start: None,
+            reconcile_keys_per_pass: reconcile::KEYS_PER_PASS,
         }
     }
 
@@ -324,6 +347,7 @@ impl Pipeline {
     /// stage as jobs; nothing is appended here.
     async fn submit(&mut self, mut queued: Queued) -> Result<(), PipelineError> {
         let commit = queued.batch.commit.take();
+        let mark = queued.batch.snapshot.take();
         if !self.rekeyer.is_empty() {
             self.rekey(&mut queued.batch.events)?;
         }
@@ -391,7 +415,11 @@ impl Pipeline {
         }
         drop(batch);
         let chunk_of_tx = commit.is_none() && n > 0;
-        let end = BatchEnd { events: n, commit };
+        let end = BatchEnd {
+            events: n,
+            commit,
+            mark,
+        };
         if jobs.is_empty() {
             self.inflight.push_back(InFlight {
                 work: Work::Done(Ok(Vec::new())),
@@ -461,10 +489,33 @@ impl Pipeline {
         let Some(end) = job.end else {
             return Ok(());
         };
+        if matches!(end.mark, Some(SnapshotMark::End)) {
+            // Before the snapshot's position can become pending: its deletes go under it.
+            self.reconcile_snapshot().await?;
+        }
         if end.commit.is_some() || end.events == 0 {
             self.partial = false;
         }
         self.stats.events += end.events as u64;
+        if let Some(SnapshotMark::Begin { tables }) = &end.mark {
+            // Durable first (everything before it, then its `SnapshotIncomplete`), so the
+            // start offsets are where the snapshot's records begin.
+            self.flush_pending().await?;
+            if let Some(pos) = end.commit.clone() {
+                self.stats.transactions += 1;
+                self.pending = Some((pos, Instant::now()));
+                self.flush_pending().await?;
+            }
+            let topics: Vec<String> = tables
+                .iter()
+                .map(|t| self.cfg.router.topic_for(t))
+                .collect();
+            let log = self.log.clone();
+            self.snapshot_start = Some(tokio::task::block_in_place(|| {
+                reconcile::Start::at(&log, topics)
+            })?);
+            return Ok(());
+        }
         if let Some(pos) = end.commit {
             self.stats.transactions += 1;
             let since = self
@@ -553,6 +604,8 @@ mod tests {
     use cdc_schemas::encode::{ConnectorKind, RecordFormat, SourceInfo};
     use cdc_schemas::{Column, ColumnType, Lsn, PgPosition, Row, SourcePosition, Value};
     use cdc_sources::ChangeBatch;
+
+    mod resnapshot;
 
     fn table(name: &str, extra: bool) -> Arc<TableSchema> {
         let mut cols = vec![
@@ -669,6 +722,7 @@ mod tests {
             events,
             commit,
             approx_bytes: 0,
+            snapshot: None,
         })
         .await
         .unwrap();

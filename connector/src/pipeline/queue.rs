@@ -166,6 +166,7 @@ mod tests {
                 .collect(),
             commit: None,
             approx_bytes: 0,
+            snapshot: None,
         }
     }
 

@@ -227,6 +227,7 @@ pub async fn run(config: Config) -> ExitCode {
             transactions = stats.transactions,
             flushes = stats.flushes,
             durable = ?stats.last_durable.as_ref().map(|p| p.to_string()),
+            reconciled_deletes = stats.reconciled_deletes,
             "pipeline stopped"
         );
         // This run is over: recycled segments are cut to their flushed bytes, so the next

@@ -40,6 +40,8 @@ pub mod hidden;
 pub mod json;
 mod memo;
 mod record_schema;
+pub mod redelete;
+pub mod redelete_avro;
 mod source;
 pub mod temporal;
 pub mod topic;

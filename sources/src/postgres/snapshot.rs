@@ -475,6 +475,7 @@ impl Sequencer {
                 events,
                 commit: None,
                 approx_bytes,
+                snapshot: None,
             })
             .await
             .map_err(|_| SourceError::transient("snapshot", "the pipeline stopped"))

@@ -11,8 +11,10 @@
 //! After the snapshot the checkpoint is the slot's consistent point (`commit_lsn = lsn =
 //! consistent point`). While a *new* snapshot runs over an existing log the checkpoint is
 //! [`Checkpoint::SnapshotIncomplete`]: a restart finds no usable position and snapshots
-//! again (`r` records may then appear twice in the log). Streaming positions are
-//! described in [`super::stream`].
+//! again (`r` records may then appear twice in the log). Every snapshot is framed by
+//! [`SnapshotMark::Begin`] (the published tables) and [`SnapshotMark::End`] (the
+//! consistent point): the pipeline deletes from the log what the snapshot no longer finds.
+//! Streaming positions are described in [`super::stream`].
 //!
 //! # Failures
 //!
@@ -35,7 +37,7 @@ use super::snapshot::{run_snapshot, SnapshotParams};
 use super::stream::stream;
 use super::stream_task::durable_lsn;
 pub use crate::config::SnapshotMode;
-use crate::{ChangeBatch, Source, SourceContext, SourceError};
+use crate::{ChangeBatch, SnapshotMark, Source, SourceContext, SourceError};
 
 /// The prefix of the connector's heartbeat messages; never emitted as records.
 pub const HEARTBEAT_PREFIX: &str = "cdc_heartbeat";
@@ -165,19 +167,23 @@ async fn run(cfg: PgSourceConfig, mut ctx: SourceContext) -> Result<(), SourceEr
             (Lsn::ZERO, Lsn::ZERO)
         }
         _ => {
-            // A (new) snapshot.
-            if stored.is_some() || ctx.resume_from.is_some() {
-                // Mark the checkpoint "snapshot incomplete" before any snapshot record.
-                send(
-                    &ctx.batches,
-                    ChangeBatch {
-                        events: Vec::new(),
-                        commit: Some(Checkpoint::SnapshotIncomplete),
-                        approx_bytes: 0,
-                    },
-                )
-                .await?;
-            }
+            // A (new) snapshot. Over an existing log, the checkpoint is marked "snapshot
+            // incomplete" before any snapshot record; the mark tells the pipeline which
+            // tables the snapshot reads, so that it deletes the keys the snapshot does not
+            // find again.
+            let over_log = stored.is_some() || ctx.resume_from.is_some();
+            send(
+                &ctx.batches,
+                ChangeBatch {
+                    events: Vec::new(),
+                    commit: over_log.then_some(Checkpoint::SnapshotIncomplete),
+                    approx_bytes: 0,
+                    snapshot: Some(SnapshotMark::Begin {
+                        tables: tables.clone(),
+                    }),
+                },
+            )
+            .await?;
             if slot.is_some() {
                 tracing::warn!(slot = %cfg.slot, "dropping the existing slot: no usable position for it (a snapshot did not complete, or the slot was lost); a new snapshot follows");
                 repl.drop_slot(&cfg.slot, true).await?;
@@ -219,6 +225,7 @@ async fn run(cfg: PgSourceConfig, mut ctx: SourceContext) -> Result<(), SourceEr
                         xmin: None,
                     }))),
                     approx_bytes: 0,
+                    snapshot: Some(SnapshotMark::End),
                 },
             )
             .await?;

@@ -249,6 +249,7 @@ pub(super) async fn stream(
                                 events,
                                 commit: Some(Checkpoint::At(pos)),
                                 approx_bytes: 0,
+                                snapshot: None,
                             },
                         )
                         .await
@@ -435,6 +436,7 @@ impl Decoding<'_> {
                     events,
                     commit: None,
                     approx_bytes: std::mem::take(&mut open.events_bytes),
+                    snapshot: None,
                 },
             )
             .await?;
@@ -543,6 +545,7 @@ impl Decoding<'_> {
                 events: open.events,
                 commit: Some(Checkpoint::At(pos)),
                 approx_bytes: open.events_bytes,
+                snapshot: None,
             },
         )
         .await

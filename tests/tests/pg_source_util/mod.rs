@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 #[allow(unused_imports)] // Not every suite calls it.
 pub use cdc_harness::http;
+
+pub mod slot;
 use cdc_harness::{passwords, PgServer};
 use cdc_log::{Log, LogOptions, StartAt};
 use serde_json::Value as Json;
