@@ -3,7 +3,7 @@
 //! binlog finds the row gone, and nothing in the stream says so).
 //!
 //! The delete is Debezium's: `op = "d"`, `before` = the last known row (the `after` of the
-//! key's last record), `after` = null, `ts_ms` = when it was made; `source` and
+//! key's last record), `after` = null, `ts_ms` (`ts_us`, `ts_ns`) = when it was made; `source` and
 //! `transaction` are the last record's (they say where the row was last seen). For the
 //! JSON formats the last record's envelope is rewritten in place, so the `schema` of
 //! `json-schemas` stays the one the record was written with. An Avro datum is rewritten
@@ -111,6 +111,12 @@ pub fn delete_from_last(
     env.insert("before".into(), after);
     env.insert("op".into(), "d".into());
     env.insert("ts_ms".into(), ts_ms.into());
+    // The finer processing-time fields say the same time, where the envelope has them.
+    for (field, scale) in [("ts_us", 1_000i64), ("ts_ns", 1_000_000)] {
+        if let Some(v) = env.get_mut(field).filter(|v| !v.is_null()) {
+            *v = ts_ms.saturating_mul(scale).into();
+        }
+    }
     Ok(Some(serde_json::to_vec(&doc)?))
 }
 

@@ -9,7 +9,7 @@
 //! followed by the block's byte size, enum = index, fixed = its size). The delete is the
 //! same frame, then the fields in schema order with `before` = the bytes of `after`
 //! (Debezium's `before` and `after` are the same `["null", Value]` union), `after` = the
-//! union's null branch, `op` = `"d"`, `ts_ms` = the new time, every other field (`source`,
+//! union's null branch, `op` = `"d"`, `ts_ms` (and `ts_us`, `ts_ns`) = the new time, every other field (`source`,
 //! `transaction`, …) copied as it was.
 
 use std::collections::HashMap;
@@ -217,17 +217,25 @@ impl WriterSchema {
                 "before" => out.extend_from_slice(&datum[after.clone()]),
                 "after" => write_long(&mut out, null as i64),
                 "op" => write_string(&mut out, "d"),
-                "ts_ms" => match &self.nodes[*ty] {
-                    Node::Long => write_long(&mut out, ts_ms),
-                    Node::Union(_) => match self.branch(*ty, |n| matches!(n, Node::Long)) {
-                        Some(b) => {
-                            write_long(&mut out, b as i64);
-                            write_long(&mut out, ts_ms);
-                        }
-                        None => out.extend_from_slice(&datum[range.clone()]),
-                    },
-                    _ => out.extend_from_slice(&datum[range.clone()]),
-                },
+                // The processing-time fields say when the delete was made, all three alike.
+                "ts_ms" | "ts_us" | "ts_ns" => {
+                    let t = match *name {
+                        "ts_ms" => ts_ms,
+                        "ts_us" => ts_ms.saturating_mul(1_000),
+                        _ => ts_ms.saturating_mul(1_000_000),
+                    };
+                    match &self.nodes[*ty] {
+                        Node::Long => write_long(&mut out, t),
+                        Node::Union(_) => match self.branch(*ty, |n| matches!(n, Node::Long)) {
+                            Some(b) => {
+                                write_long(&mut out, b as i64);
+                                write_long(&mut out, t);
+                            }
+                            None => out.extend_from_slice(&datum[range.clone()]),
+                        },
+                        _ => out.extend_from_slice(&datum[range.clone()]),
+                    }
+                }
                 _ => out.extend_from_slice(&datum[range.clone()]),
             }
         }
