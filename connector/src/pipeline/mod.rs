@@ -32,6 +32,15 @@
 //! pipeline stops mid-transaction the partial records are left unflushed (the supervisor
 //! drops the log, which discards them like a crash would).
 //!
+//! # Waiting for disk
+//!
+//! An append or flush the log refuses for lack of disk (budget exhausted, ENOSPC) is
+//! retried after a wait instead of failing the pipeline ([`diskwait`]): each retried call
+//! is one that changed nothing when it failed (appends go one partition at a time for
+//! that), so nothing is lost or appended twice. Before it waits on the budget with no
+//! partial transaction appended, the pipeline flushes its pending commit: consumers can
+//! then read (and release) those records, and the source confirms them.
+//!
 //! # Encoding in parallel
 //!
 //! The pipeline task registers schemas and appends; encoding runs beside it ([`encode`]):
@@ -49,6 +58,7 @@
 //! allocation per record) until they are appended in pieces of about
 //! `APPEND_CHUNK_BYTES` (1 MiB).
 
+pub mod diskwait;
 mod encode;
 pub mod progress;
 pub mod queue;
@@ -56,6 +66,7 @@ pub mod registry;
 pub mod run;
 mod schemas;
 
+pub use diskwait::DiskWait;
 pub use schemas::{changed_columns, subject};
 use schemas::{level_name, restore_request};
 
@@ -123,6 +134,9 @@ pub enum PipelineError {
     Log(#[from] cdc_log::LogError),
     #[error("the log's flush task failed ({0}): nothing past the last durable checkpoint was acknowledged; the next start recovers the log from its ledger. Report this as a bug")]
     FlushTask(String),
+    /// Shutdown came while waiting for disk; [`Pipeline::run`] reports it as a clean stop.
+    #[error("shutdown while waiting for disk: nothing past the last durable checkpoint was acknowledged; the next start reads it again")]
+    ShutdownWhileWaitingForDisk,
 }
 
 impl PipelineError {
@@ -194,6 +208,10 @@ pub struct Pipeline {
     rekeyer: Rekeyer,
     /// The first table seen on each routed topic (to warn about shared keys once).
     routed_tables: HashMap<String, TableId>,
+    /// Waiting for disk (budget, ENOSPC): its state, figures and shutdown signal.
+    disk: DiskWait,
+    /// Records of one partition, for appends of a multi-partition topic (reused).
+    by_partition: Vec<Vec<usize>>,
 }
 
 impl InFlight {
@@ -230,7 +248,16 @@ impl Pipeline {
             partial: false,
             rekeyer,
             routed_tables: HashMap::new(),
+            disk: DiskWait::default(),
+            by_partition: Vec::new(),
         }
+    }
+
+    /// Waits for disk with `disk` (its shutdown signal and the figures it registered)
+    /// instead of a private, signal-less one.
+    pub fn with_disk_wait(mut self, disk: DiskWait) -> Self {
+        self.disk = disk;
+        self
     }
 
     /// Runs until the channel closes (the source ended) or a definite error. On return,
@@ -254,7 +281,19 @@ impl Pipeline {
         } else {
             self.flush_pending().await
         };
-        (self.stats, r.and(r2))
+        let stopped = |r: Result<(), PipelineError>| match r {
+            Err(PipelineError::ShutdownWhileWaitingForDisk) => Ok(()),
+            r => r,
+        };
+        if matches!(r, Err(PipelineError::ShutdownWhileWaitingForDisk))
+            || matches!(r2, Err(PipelineError::ShutdownWhileWaitingForDisk))
+        {
+            tracing::info!(
+                durable = ?self.stats.last_durable.as_ref().map(|p| p.to_string()),
+                "shutdown while waiting for disk: stopped; what is not durable is read again on restart"
+            );
+        }
+        (self.stats, stopped(r).and(stopped(r2)))
     }
 
     async fn run_inner(&mut self, rx: &mut BatchReceiver) -> Result<(), PipelineError> {
@@ -297,18 +336,37 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Flushes the pending commit, waiting for disk (and retrying) while the file system
+    /// is full: a failed flush wrote no ledger and keeps its partitions dirty.
     async fn flush_pending(&mut self) -> Result<(), PipelineError> {
-        let Some((pos, _)) = self.pending.take() else {
+        loop {
+            match self.try_flush_pending().await {
+                Err(PipelineError::Log(e)) if diskwait::is_disk_wait(&e) => {
+                    self.disk.pause(&self.log, &e, self.partial).await?;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One flush of the pending commit; on a log error the commit stays pending.
+    async fn try_flush_pending(&mut self) -> Result<(), PipelineError> {
+        let Some((pos, since)) = self.pending.take() else {
             return Ok(());
         };
         let log = self.log.clone();
         let cp = pos.to_bytes();
         match tokio::task::spawn_blocking(move || log.flush(Some(&cp))).await {
-            Ok(r) => r?,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                self.pending = Some((pos, since));
+                return Err(e.into());
+            }
             // The flush may or may not have reached the disk: nothing is published, and
             // the supervisor stops rather than guess (a restart recovers from the ledger).
             Err(e) => return Err(PipelineError::FlushTask(e.to_string())),
         };
+        self.disk.resumed();
         self.bytes_since_flush = 0;
         self.stats.flushes += 1;
         self.stats.last_durable = Some(pos.clone());
@@ -435,15 +493,10 @@ impl Pipeline {
             self.flush_pending().await?;
         }
         let pieces = encoded?;
-        if !pieces.is_empty() {
-            // From the first append of a batch until its commit is appended, the log holds
-            // part of a transaction: no flush may cover it.
-            self.partial = true;
-        }
         let mut result = Ok(());
         for p in pieces {
             if result.is_ok() {
-                match append_encoded(&p.topic, &p.buf, job.ts) {
+                match self.append_encoded(&p.topic, &p.buf, job.ts).await {
                     Ok((records, bytes)) => {
                         self.stats.records += records;
                         self.bytes_since_flush += bytes;
@@ -480,6 +533,106 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Appends the records in `buf` to `topic` (key-partitioned, as Kafka's partitioner);
+    /// returns (records, bytes). One partition at a time, so that an append the log refuses
+    /// for lack of disk is retried alone, after the wait, without appending the others again.
+    async fn append_encoded(
+        &mut self,
+        topic: &Topic,
+        buf: &RecordBuf,
+        ts: i64,
+    ) -> Result<(u64, u64), PipelineError> {
+        if buf.is_empty() {
+            return Ok((0, 0));
+        }
+        // Headers are rare (key changes): one slot per record that has one.
+        let headers: Vec<HeaderRef<'_>> = (0..buf.len())
+            .filter_map(|i| buf.header(i))
+            .map(|(key, value)| HeaderRef {
+                key,
+                value: Some(value),
+            })
+            .collect();
+        let mut next_header = 0;
+        let records: Vec<NewRecord<'_>> = (0..buf.len())
+            .map(|i| {
+                let h: &[HeaderRef<'_>] = if buf.spans[i].header.is_some() {
+                    next_header += 1;
+                    &headers[next_header - 1..next_header]
+                } else {
+                    &[]
+                };
+                NewRecord {
+                    key: buf.key(i),
+                    value: buf.value(i),
+                    headers: h,
+                    timestamp: ts,
+                }
+            })
+            .collect();
+        let n = topic.partitions();
+        if n == 1 {
+            // Where Kafka's partitioner would send every record anyway: no hashing of
+            // each key (the first touch of bytes another core encoded) and no regrouping.
+            self.append_retrying(topic, 0, &records).await?;
+        } else {
+            let mut by_partition = std::mem::take(&mut self.by_partition);
+            by_partition.resize_with(n as usize, Vec::new);
+            for (i, r) in records.iter().enumerate() {
+                by_partition[topic.partition_for(r.key) as usize].push(i);
+            }
+            let mut group: Vec<NewRecord<'_>> = Vec::with_capacity(records.len());
+            let mut result = Ok(());
+            for (p, idx) in by_partition.iter_mut().enumerate() {
+                if result.is_ok() && !idx.is_empty() {
+                    group.clear();
+                    group.extend(idx.iter().map(|&i| records[i]));
+                    result = self.append_retrying(topic, p as u32, &group).await;
+                }
+                idx.clear();
+            }
+            self.by_partition = by_partition;
+            result?;
+        }
+        Ok((records.len() as u64, buf.bytes.len() as u64))
+    }
+
+    /// One batch to one partition, waiting for disk and retrying while the log refuses it
+    /// for lack of room (a refused append changed nothing: `diskwait`).
+    async fn append_retrying(
+        &mut self,
+        topic: &Topic,
+        partition: u32,
+        records: &[NewRecord<'_>],
+    ) -> Result<(), PipelineError> {
+        loop {
+            // Appends write without fsync: cheap enough inline, outside the async scheduling.
+            match tokio::task::block_in_place(|| topic.append(partition, records)) {
+                Ok(_) => {
+                    // From the first append of a batch until its commit is appended, the
+                    // log holds part of a transaction: no flush may cover it.
+                    self.partial = true;
+                    self.disk.resumed();
+                    return Ok(());
+                }
+                Err(e) if diskwait::is_disk_wait(&e) => {
+                    if !self.partial && self.pending.is_some() {
+                        // Nothing of this transaction is in the log yet: make the complete
+                        // ones durable first, so consumers can read (and release) them and
+                        // the source can confirm them while we wait.
+                        match self.try_flush_pending().await {
+                            Ok(()) => continue,
+                            Err(PipelineError::Log(f)) if diskwait::is_disk_wait(&f) => {}
+                            Err(f) => return Err(f),
+                        }
+                    }
+                    self.disk.pause(&self.log, &e, self.partial).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     fn topic(&mut self, name: &str) -> Result<Topic, PipelineError> {
         if let Some(t) = self.topics.get(name) {
             return Ok(t.clone());
@@ -490,49 +643,6 @@ impl Pipeline {
         self.topics.insert(name.to_string(), t.clone());
         Ok(t)
     }
-}
-
-/// Appends the records in `buf` to `topic` (key-partitioned); returns (records, bytes).
-fn append_encoded(topic: &Topic, buf: &RecordBuf, ts: i64) -> Result<(u64, u64), PipelineError> {
-    if buf.is_empty() {
-        return Ok((0, 0));
-    }
-    // Headers are rare (key changes): one slot per record that has one.
-    let headers: Vec<HeaderRef<'_>> = (0..buf.len())
-        .filter_map(|i| buf.header(i))
-        .map(|(key, value)| HeaderRef {
-            key,
-            value: Some(value),
-        })
-        .collect();
-    let mut next_header = 0;
-    let records: Vec<NewRecord<'_>> = (0..buf.len())
-        .map(|i| {
-            let h: &[HeaderRef<'_>] = if buf.spans[i].header.is_some() {
-                next_header += 1;
-                &headers[next_header - 1..next_header]
-            } else {
-                &[]
-            };
-            NewRecord {
-                key: buf.key(i),
-                value: buf.value(i),
-                headers: h,
-                timestamp: ts,
-            }
-        })
-        .collect();
-    // Appends write without fsync: cheap enough inline, outside the async scheduling.
-    tokio::task::block_in_place(|| {
-        if topic.partitions() == 1 {
-            // Where Kafka's partitioner would send every record anyway: no hashing of
-            // each key (the first touch of bytes another core encoded) and no regrouping.
-            topic.append(0, &records).map(drop)
-        } else {
-            topic.append_keyed(&records).map(drop)
-        }
-    })?;
-    Ok((records.len() as u64, buf.bytes.len() as u64))
 }
 
 fn now_ns() -> i64 {
@@ -881,6 +991,158 @@ mod tests {
             }
         }
         assert_eq!((routed, keyed), (40, 20));
+    }
+
+    /// A log with a small disk budget and segments small enough for budget relief.
+    fn budget_log(dir: &std::path::Path, budget: u64) -> (Log, cdc_registry::EmbeddedRegistry) {
+        let log = Log::open(
+            dir.join("log"),
+            LogOptions {
+                disk_budget_bytes: Some(budget),
+                ..LogOptions::default()
+            },
+        )
+        .unwrap();
+        log.create_topic("t.public.a", small_segments()).unwrap();
+        let reg_log = Log::open(dir.join("registry"), LogOptions::default()).unwrap();
+        (log, cdc_registry::EmbeddedRegistry::open(reg_log).unwrap())
+    }
+
+    fn small_segments() -> TopicConfig {
+        TopicConfig {
+            segment_bytes: 4096,
+            ..TopicConfig::default()
+        }
+    }
+
+    /// Waits (bounded) until `status` says the pipeline waits for disk.
+    async fn until_waiting(status: &crate::admin::Status) {
+        for _ in 0..200 {
+            if status.waiting_for_disk().is_some() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the pipeline never waited for disk");
+    }
+
+    /// A full disk budget is backpressure: the pipeline waits (gauge, status) instead of
+    /// failing, makes its complete transactions durable so the consumer can read them,
+    /// and resumes when the consumer's commits let budget relief free space; every
+    /// record arrives once, in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn full_disk_budget_waits_for_consumers_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, registry) = budget_log(dir.path(), 24 * 1024);
+        let mut c = log
+            .consumer("g", "t.public.a", 0, cdc_log::ResetPolicy::Earliest)
+            .unwrap();
+        let metrics = cdc_schemas::metrics::Metrics::default();
+        let status = crate::admin::Status::default();
+        let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (dtx, drx) = DurablePublisher::new(None);
+        let pipeline = Pipeline::new(
+            log.clone(),
+            Arc::new(registry),
+            PipelineConfig {
+                topic_config: small_segments(),
+                ..config()
+            },
+            dtx,
+        )
+        .with_disk_wait(DiskWait::new(Some(stop_rx), &metrics, status.clone()));
+        let (tx, rx) = queue::channel(4 << 20);
+        let run = tokio::spawn(pipeline.run(rx));
+        let t = table("a", false);
+        const N: i64 = 300;
+        let sender = tokio::spawn(async move {
+            for i in 0..N {
+                send(&tx, vec![ev(&t, i, 300)], Some(pos(100 + i as u64))).await;
+            }
+            tx
+        });
+        until_waiting(&status).await;
+        let gauge = metrics.gauge("cdc_pipeline_waiting_for_disk", "");
+        assert_eq!(gauge.get(), 1);
+        assert!(log.budget_exhausted());
+        // Nothing was deleted that the group had not read.
+        assert_eq!(
+            log.describe("t.public.a").unwrap().partitions[0].log_start_offset,
+            0
+        );
+        // The consumer reads and commits what is durable; relief frees the space.
+        let mut seen = Vec::new();
+        while (seen.len() as i64) < N {
+            let recs = tokio::task::block_in_place(|| {
+                c.wait(Duration::from_millis(50));
+                c.poll(1 << 20).unwrap()
+            });
+            for r in recs {
+                let v: serde_json::Value = serde_json::from_slice(&r.value.unwrap()).unwrap();
+                seen.push(v["after"]["id"].as_i64().unwrap());
+            }
+            c.commit().unwrap();
+        }
+        assert_eq!(
+            seen,
+            (0..N).collect::<Vec<_>>(),
+            "each record once, in order"
+        );
+        let tx = sender.await.unwrap();
+        let (stats, r) = finish(tx, run).await;
+        r.unwrap();
+        assert_eq!(stats.records, N as u64);
+        assert_eq!(drx.latest(), Some(pos(100 + N as u64 - 1)));
+        assert_eq!(gauge.get(), 0);
+        assert!(status.waiting_for_disk().is_none());
+        assert!(metrics.counter("cdc_pipeline_disk_waits_total", "").get() >= 1);
+        assert!(log.describe("t.public.a").unwrap().partitions[0].log_start_offset > 0);
+    }
+
+    /// Shutdown ends a wait for disk at once: the run stops cleanly, with every complete
+    /// transaction appended before the wait durable and published, and nothing past it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_ends_a_wait_for_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        // No consumer group: nothing can free space.
+        let (log, registry) = budget_log(dir.path(), 16 * 1024);
+        let status = crate::admin::Status::default();
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (dtx, drx) = DurablePublisher::new(None);
+        let pipeline =
+            Pipeline::new(log.clone(), Arc::new(registry), config(), dtx).with_disk_wait(
+                DiskWait::new(Some(stop_rx), &Default::default(), status.clone()),
+            );
+        let (tx, rx) = queue::channel(4 << 20);
+        let run = tokio::spawn(pipeline.run(rx));
+        let t = table("a", false);
+        let sender = tokio::spawn(async move {
+            for i in 0..200i64 {
+                if tx
+                    .send(ChangeBatch {
+                        events: vec![ev(&t, i, 300)],
+                        commit: Some(pos(100 + i as u64)),
+                        approx_bytes: 0,
+                    })
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        until_waiting(&status).await;
+        stop_tx.send(true).unwrap();
+        let (stats, r) = tokio::time::timeout(Duration::from_secs(5), run)
+            .await
+            .expect("the wait ends at shutdown")
+            .unwrap();
+        r.unwrap();
+        sender.await.unwrap();
+        let durable = drx.latest().expect("something was durable");
+        assert_eq!(log.checkpoint(), Some(durable.to_bytes()));
+        assert_eq!(stats.last_durable, Some(durable));
+        assert!(stats.transactions < 200);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,10 +9,15 @@
 //! crash would — and the next attempt, after a backoff, resumes from the checkpoint. A
 //! definite error exits 1; shutdown (SIGTERM / Ctrl-C) drains and exits 0.
 //!
+//! Lack of disk is not a failure: the pipeline waits for room (`diskwait.rs`) with the log
+//! open, and the source's spill shares the log's disk budget (`[log] disk_budget_bytes`):
+//! one counter of the spill's bytes is handed to both, for each attempt.
+//!
 //! The schema registry is the embedded one in its own log at `<log.dir>/registry`, or the
 //! remote one at `[registry] url` (see [`super::registry`]).
 
 use std::process::ExitCode;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,10 +28,10 @@ use cdc_schemas::encode::{
 };
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::Checkpoint;
-use cdc_sources::{DurablePublisher, SnapshotProgress, Source, SourceContext};
+use cdc_sources::{DiskBudget, DurablePublisher, SnapshotProgress, Source, SourceContext};
 use tokio::sync::watch;
 
-use super::{Pipeline, PipelineConfig};
+use super::{DiskWait, Pipeline, PipelineConfig};
 use crate::config::Config;
 
 /// The encoder options from `[format]` (valid after `Config::validate`), for records of
@@ -113,6 +118,7 @@ pub async fn run(config: Config) -> ExitCode {
     let shutdown = shutdown_signal();
     let admin_opts = opened.admin_options(config.admin.listen);
     let metrics = admin_opts.metrics.clone();
+    let status = admin_opts.status.clone();
     // The admin server stops on shutdown, or when the connector is done by itself
     // (`initial_only`, a definite error): then it must not hold the exit up.
     let (admin_stop, admin_stop_rx) = watch::channel(false);
@@ -153,7 +159,11 @@ pub async fn run(config: Config) -> ExitCode {
     let mut backoff = Duration::from_millis(500);
     let code = loop {
         let started = Instant::now();
-        let log = match Log::open(&config.log.dir, log_options.clone()) {
+        // The source's spill files, counted against the log's disk budget.
+        let spilled = Arc::new(AtomicU64::new(0));
+        let mut attempt_options = log_options.clone();
+        attempt_options.budget_shared_bytes = Some(spilled.clone());
+        let log = match Log::open(&config.log.dir, attempt_options) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!(
@@ -190,7 +200,12 @@ pub async fn run(config: Config) -> ExitCode {
                 key_columns: config.source.common.key_columns(),
             },
             publisher,
-        );
+        )
+        .with_disk_wait(DiskWait::new(
+            Some(shutdown.clone()),
+            &metrics,
+            status.clone(),
+        ));
         let pipe = tokio::spawn(pipeline.run(brx));
         let source = match cdc_sources::build(&spec) {
             Ok(s) => s,
@@ -206,6 +221,12 @@ pub async fn run(config: Config) -> ExitCode {
             shutdown: shutdown.clone(),
             metrics: metrics.clone(),
             progress: snapshot_progress.clone(),
+            disk_budget: {
+                let log = log.clone();
+                DiskBudget::new(log_options.disk_budget_bytes, spilled, move || {
+                    log.disk_bytes()
+                })
+            },
         };
         let src_result = source.run(ctx).await;
         let (stats, pipe_result) = match pipe.await {

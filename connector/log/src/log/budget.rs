@@ -44,6 +44,11 @@ impl Log {
         }
     }
 
+    /// Bytes of the log's own files (the disk-usage gauge, `Metrics::total_bytes`).
+    pub fn disk_bytes(&self) -> u64 {
+        self.inner.metrics.total_bytes.load(Ordering::Relaxed)
+    }
+
     /// Bytes counted against the disk budget: the log's own (`Metrics::total_bytes`)
     /// plus what `LogOptions::budget_shared_bytes` reports.
     pub fn budget_used_bytes(&self) -> u64 {
@@ -53,11 +58,7 @@ impl Log {
             .budget_shared_bytes
             .as_ref()
             .map_or(0, |s| s.load(Ordering::Relaxed));
-        self.inner
-            .metrics
-            .total_bytes
-            .load(Ordering::Relaxed)
-            .saturating_add(shared)
+        self.disk_bytes().saturating_add(shared)
     }
 
     pub(crate) fn budget_has_room(&self) -> bool {
