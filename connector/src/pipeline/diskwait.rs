@@ -17,7 +17,8 @@
 //! - While waiting, `/readyz` stays ready (the process is healthy; a restart would not
 //!   free a byte), the `cdc_pipeline_waiting_for_disk` gauge is 1 and `/status` says
 //!   "waiting for disk" with the reason; one warning starts a wait, one info line ends it.
-//! - Shutdown ends a wait at once with [`PipelineError::ShutdownWhileWaitingForDisk`]:
+//! - A stop signal (shutdown, or the supervisor's when the source ended with an error)
+//!   ends a wait within [`SLICE`] with [`PipelineError::StoppedWhileWaitingForDisk`]:
 //!   nothing past the last durable checkpoint was acknowledged, so the source sends it
 //!   again on the next start.
 
@@ -30,9 +31,9 @@ use tokio::sync::watch;
 use super::PipelineError;
 use crate::admin::Status;
 
-/// How long one blocking wait on the budget's notifier lasts before shutdown is checked
-/// again (the spill frees its bytes without notifying the log).
-const BUDGET_SLICE: Duration = Duration::from_millis(500);
+/// How long one wait lasts before the stop signals are checked again (and, for the
+/// budget, its room: the spill frees its bytes without notifying the log).
+const SLICE: Duration = Duration::from_millis(250);
 /// First and longest pause between retries on a full file system (nothing notifies us
 /// when the operator frees space).
 const DISK_FULL_FIRST: Duration = Duration::from_millis(250);
@@ -48,7 +49,8 @@ pub(super) fn is_disk_wait(e: &LogError) -> bool {
 
 /// The pipeline's waiting-for-disk state and what it reports.
 pub struct DiskWait {
-    shutdown: Option<watch::Receiver<bool>>,
+    /// A wait ends when any of these is true.
+    stop: Vec<watch::Receiver<bool>>,
     gauge: Gauge,
     waits: Counter,
     status: Status,
@@ -59,15 +61,16 @@ pub struct DiskWait {
 impl Default for DiskWait {
     /// No shutdown signal, figures in a registry of their own (tests).
     fn default() -> Self {
-        DiskWait::new(None, &Metrics::default(), Status::default())
+        DiskWait::new(Vec::new(), &Metrics::default(), Status::default())
     }
 }
 
 impl DiskWait {
-    /// Registers the gauge and counter in `metrics`; `status` is what `/status` serves.
-    pub fn new(shutdown: Option<watch::Receiver<bool>>, metrics: &Metrics, status: Status) -> Self {
+    /// Registers the gauge and counter in `metrics`; `status` is what `/status` serves;
+    /// a wait ends (the run stops) once any of `stop` is true.
+    pub fn new(stop: Vec<watch::Receiver<bool>>, metrics: &Metrics, status: Status) -> Self {
         DiskWait {
-            shutdown,
+            stop,
             gauge: metrics.gauge(
                 "cdc_pipeline_waiting_for_disk",
                 "1 while the pipeline is waiting for disk (disk budget exhausted or file system full): it takes no changes and the database retains its log",
@@ -85,8 +88,8 @@ impl DiskWait {
         self.current.is_some()
     }
 
-    fn shutting_down(&self) -> bool {
-        self.shutdown.as_ref().is_some_and(|s| *s.borrow())
+    fn stopping(&self) -> bool {
+        self.stop.iter().any(|s| *s.borrow())
     }
 
     /// Waits after `e` (see [`is_disk_wait`]) until the failed call may succeed; the
@@ -98,8 +101,8 @@ impl DiskWait {
         e: &LogError,
         partial: bool,
     ) -> Result<(), PipelineError> {
-        if self.shutting_down() {
-            return Err(PipelineError::ShutdownWhileWaitingForDisk);
+        if self.stopping() {
+            return Err(PipelineError::StoppedWhileWaitingForDisk);
         }
         if self.current.is_none() {
             self.current = Some((Instant::now(), DISK_FULL_FIRST));
@@ -118,51 +121,32 @@ impl DiskWait {
             );
             self.status.set_waiting_for_disk(Some(reason));
         }
-        match e {
-            LogError::BudgetExhausted { .. } => {
-                let log = log.clone();
-                // Blocks this worker for at most one slice; the runtime moves other tasks.
-                let room = tokio::task::block_in_place(|| log.wait_for_budget(BUDGET_SLICE));
-                if !room && self.shutting_down() {
-                    return Err(PipelineError::ShutdownWhileWaitingForDisk);
-                }
-                Ok(())
+        if let LogError::BudgetExhausted { .. } = e {
+            let log = log.clone();
+            // Blocks this worker for at most one slice; the runtime moves other tasks.
+            let room = tokio::task::block_in_place(|| log.wait_for_budget(SLICE));
+            if !room && self.stopping() {
+                return Err(PipelineError::StoppedWhileWaitingForDisk);
             }
-            _ => {
-                let pause = match &mut self.current {
-                    Some((_, next)) => {
-                        let p = *next;
-                        *next = (*next * 2).min(DISK_FULL_MAX);
-                        p
-                    }
-                    None => DISK_FULL_FIRST,
-                };
-                let stop = match &self.shutdown {
-                    Some(s) => {
-                        let mut s = s.clone();
-                        let signalled = tokio::select! {
-                            // Biased: shutdown first, even when the pause is over too.
-                            biased;
-                            r = s.wait_for(|v| *v) => Some(r.is_ok()),
-                            _ = tokio::time::sleep(pause) => None,
-                        };
-                        if signalled == Some(false) {
-                            // The signal is gone: no shutdown can come any more.
-                            tokio::time::sleep(pause).await;
-                        }
-                        signalled == Some(true)
-                    }
-                    None => {
-                        tokio::time::sleep(pause).await;
-                        false
-                    }
-                };
-                if stop {
-                    return Err(PipelineError::ShutdownWhileWaitingForDisk);
-                }
-                Ok(())
+            return Ok(());
+        }
+        // A full file system: nothing tells us when space is freed; retry with backoff.
+        let pause = match &mut self.current {
+            Some((_, next)) => {
+                let p = *next;
+                *next = (*next * 2).min(DISK_FULL_MAX);
+                p
+            }
+            None => DISK_FULL_FIRST,
+        };
+        let until = Instant::now() + pause;
+        while Instant::now() < until {
+            tokio::time::sleep(SLICE.min(until - Instant::now())).await;
+            if self.stopping() {
+                return Err(PipelineError::StoppedWhileWaitingForDisk);
             }
         }
+        Ok(())
     }
 
     /// A retried call went through: ends the wait, if one was running.

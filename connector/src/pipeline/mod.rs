@@ -134,9 +134,10 @@ pub enum PipelineError {
     Log(#[from] cdc_log::LogError),
     #[error("the log's flush task failed ({0}): nothing past the last durable checkpoint was acknowledged; the next start recovers the log from its ledger. Report this as a bug")]
     FlushTask(String),
-    /// Shutdown came while waiting for disk; [`Pipeline::run`] reports it as a clean stop.
-    #[error("shutdown while waiting for disk: nothing past the last durable checkpoint was acknowledged; the next start reads it again")]
-    ShutdownWhileWaitingForDisk,
+    /// Told to stop (shutdown, or the source ended) while waiting for disk;
+    /// [`Pipeline::run`] reports it as a clean stop.
+    #[error("stopped while waiting for disk: nothing past the last durable checkpoint was acknowledged; the next start reads it again")]
+    StoppedWhileWaitingForDisk,
 }
 
 impl PipelineError {
@@ -282,15 +283,15 @@ impl Pipeline {
             self.flush_pending().await
         };
         let stopped = |r: Result<(), PipelineError>| match r {
-            Err(PipelineError::ShutdownWhileWaitingForDisk) => Ok(()),
+            Err(PipelineError::StoppedWhileWaitingForDisk) => Ok(()),
             r => r,
         };
-        if matches!(r, Err(PipelineError::ShutdownWhileWaitingForDisk))
-            || matches!(r2, Err(PipelineError::ShutdownWhileWaitingForDisk))
+        if matches!(r, Err(PipelineError::StoppedWhileWaitingForDisk))
+            || matches!(r2, Err(PipelineError::StoppedWhileWaitingForDisk))
         {
             tracing::info!(
                 durable = ?self.stats.last_durable.as_ref().map(|p| p.to_string()),
-                "shutdown while waiting for disk: stopped; what is not durable is read again on restart"
+                "stopped while waiting for disk (shutdown, or the source ended); what is not durable is read again on the next start"
             );
         }
         (self.stats, stopped(r).and(stopped(r2)))
@@ -1050,7 +1051,7 @@ mod tests {
             },
             dtx,
         )
-        .with_disk_wait(DiskWait::new(Some(stop_rx), &metrics, status.clone()));
+        .with_disk_wait(DiskWait::new(vec![stop_rx], &metrics, status.clone()));
         let (tx, rx) = queue::channel(4 << 20);
         let run = tokio::spawn(pipeline.run(rx));
         let t = table("a", false);
@@ -1111,7 +1112,7 @@ mod tests {
         let (dtx, drx) = DurablePublisher::new(None);
         let pipeline =
             Pipeline::new(log.clone(), Arc::new(registry), config(), dtx).with_disk_wait(
-                DiskWait::new(Some(stop_rx), &Default::default(), status.clone()),
+                DiskWait::new(vec![stop_rx], &Default::default(), status.clone()),
             );
         let (tx, rx) = queue::channel(4 << 20);
         let run = tokio::spawn(pipeline.run(rx));

@@ -187,6 +187,9 @@ pub async fn run(config: Config) -> ExitCode {
         // Bounded by the memory of the queued events, not by a count of batches.
         let (btx, brx) = super::queue::channel(config.source.common.max_queued_bytes);
         let (publisher, durable) = DurablePublisher::new(resume_from.clone());
+        // Set when the source stopped on an error: a pipeline waiting for disk then stops
+        // too (what it holds is read again), or a definite error would wait with it.
+        let (source_ended, source_ended_rx) = watch::channel(false);
         let pipeline = Pipeline::new(
             log.clone(),
             registry.clone(),
@@ -202,7 +205,7 @@ pub async fn run(config: Config) -> ExitCode {
             publisher,
         )
         .with_disk_wait(DiskWait::new(
-            Some(shutdown.clone()),
+            vec![shutdown.clone(), source_ended_rx],
             &metrics,
             status.clone(),
         ));
@@ -229,6 +232,9 @@ pub async fn run(config: Config) -> ExitCode {
             },
         };
         let src_result = source.run(ctx).await;
+        if src_result.is_err() {
+            let _ = source_ended.send(true);
+        }
         let (stats, pipe_result) = match pipe.await {
             Ok(r) => r,
             Err(e) => {
