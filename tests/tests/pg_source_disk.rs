@@ -3,8 +3,9 @@
 //! "waiting for disk" on `/status`, a log line when the wait starts and one when it ends,
 //! `/readyz` still ready), never restarts (one "log opened" line, no "restarting"), and
 //! resumes by itself once space is freed, with every committed change in the log once:
-//! - the disk budget (`[log] disk_budget_bytes`) filled faster than time retention
-//!   (`retention_ms`) frees it; a reader tailing the log from this process sees every
+//! - the disk budget (`[log] disk_budget_bytes`) filled, by many small transactions,
+//!   faster than time retention (`retention_ms`) frees it (a single transaction or a
+//!   snapshot larger than the budget can never fit: it is flushed only as a whole); a reader tailing the log from this process sees every
 //!   record before retention deletes it, so it can tell a lost or repeated one;
 //! - a real ENOSPC: the log directory is a small tmpfs (needs root: `mount`), filled up
 //!   by a filler file that the test deletes to give the space back.
@@ -33,6 +34,20 @@ async fn empty_acct(pg: &PgServer) -> String {
         "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL, pad text);",
     )
     .await
+}
+
+/// Waits until the connector streams (its snapshot is done): the rows inserted from then
+/// on arrive as transactions, not inside the snapshot (which is flushed only as a whole).
+async fn until_streaming(c: &mut Connector) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(c.dir.join("connector.log"))
+        .unwrap_or_default()
+        .contains("replication stream started")
+    {
+        c.assert_running();
+        assert!(Instant::now() < deadline, "not streaming\n{}", c.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Inserts ids `from..from + n` in transactions of `PER_TX` rows.
@@ -166,7 +181,11 @@ fn tail(log_dir: &Path, topic: &str, stop: &AtomicBool, count: &AtomicUsize) -> 
             return seen;
         }
         if !any {
-            std::thread::sleep(Duration::from_millis(5));
+            // Catch up with the writer (new durable ends, retention's new log starts).
+            let _ = log.wait_for_change(Duration::from_millis(20));
+            if let Err(e) = log.refresh() {
+                panic!("refreshing the read-only view: {e}");
+            }
         }
     }
 }
@@ -205,6 +224,7 @@ async fn full_disk_budget_waits_and_resumes_when_retention_frees_space() {
         let (log_dir, stop, count) = (c.log_dir(), stop.clone(), count.clone());
         std::thread::spawn(move || tail(&log_dir, ACCT_TOPIC, &stop, &count))
     };
+    until_streaming(&mut c).await;
     insert_rows(pg, &db, 1, ROWS / 2).await;
     until_waiting_for_disk(&mut c, &admin, Duration::from_secs(60)).await;
     insert_rows(pg, &db, ROWS / 2 + 1, ROWS - ROWS / 2).await;
@@ -231,7 +251,12 @@ async fn full_disk_budget_waits_and_resumes_when_retention_frees_space() {
         }
         unreachable!("the tailing reader ends only when told");
     }
-    assert!(resumed, "the connector did not catch up\n{}", c.output());
+    assert!(
+        resumed,
+        "the connector did not catch up ({} of {ROWS} rows seen)\n{}",
+        count.load(Ordering::Relaxed),
+        c.output()
+    );
     stop.store(true, Ordering::Relaxed);
     let seen = tailer.join().expect("the tailing reader failed");
     assert_each_once(&seen.ids, ROWS);
@@ -298,6 +323,7 @@ async fn enospc_in_the_log_waits_and_resumes_when_space_returns() {
     let fs = Tmpfs::mount(&c.log_dir(), "24m").expect("mount -t tmpfs (as root)");
     let admin = c.fixed_admin_port();
     c.start();
+    until_streaming(&mut c).await;
     // The first rows create the topic and register the schemas.
     insert_rows(pg, &db, 1, PER_TX).await;
     c.wait_records(ACCT_TOPIC, PER_TX as u64, Duration::from_secs(30))
