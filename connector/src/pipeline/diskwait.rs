@@ -38,6 +38,9 @@ const SLICE: Duration = Duration::from_millis(250);
 /// when the operator frees space).
 const DISK_FULL_FIRST: Duration = Duration::from_millis(250);
 const DISK_FULL_MAX: Duration = Duration::from_secs(5);
+/// A long wait is said again this often (a wait that started mid-transaction may be one
+/// that can never end: a transaction larger than the budget).
+const REMIND_EVERY: Duration = Duration::from_secs(60);
 
 /// Whether `e` means "no room on disk now": wait and retry the same call.
 pub(super) fn is_disk_wait(e: &LogError) -> bool {
@@ -56,6 +59,8 @@ pub struct DiskWait {
     status: Status,
     /// The current wait: when it started and the next pause on a full file system.
     current: Option<(Instant, Duration)>,
+    /// When the current wait was last said in the log.
+    said: Instant,
 }
 
 impl Default for DiskWait {
@@ -81,6 +86,7 @@ impl DiskWait {
             ),
             status,
             current: None,
+            said: Instant::now(),
         }
     }
 
@@ -120,6 +126,15 @@ impl DiskWait {
                 "waiting for disk: the pipeline takes no more changes until there is room (the database retains its log meanwhile; /status and cdc_pipeline_waiting_for_disk show it)"
             );
             self.status.set_waiting_for_disk(Some(reason));
+            self.said = Instant::now();
+        } else if self.said.elapsed() >= REMIND_EVERY {
+            self.said = Instant::now();
+            let waited = self.current.map_or(0, |(t, _)| t.elapsed().as_secs());
+            if partial {
+                tracing::warn!(waited_s = waited, error = %e, "still waiting for disk, with part of a transaction (or a snapshot) appended: it is flushed only as a whole, so if it is larger than log.disk_budget_bytes it can never fit: raise the budget (or free disk)");
+            } else {
+                tracing::warn!(waited_s = waited, error = %e, "still waiting for disk");
+            }
         }
         if let LogError::BudgetExhausted { .. } = e {
             let log = log.clone();
