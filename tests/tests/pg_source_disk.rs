@@ -203,64 +203,86 @@ fn assert_each_once(ids: &[i64], n: i64) {
     assert_eq!(ids.len() as i64, n);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn full_disk_budget_waits_and_resumes_when_retention_frees_space() {
-    let pg = PgServer::shared();
-    let db = empty_acct(pg).await;
-    // About 1.5 MB of records against a budget of 192 KiB: retention (3 s) frees the
-    // oldest segments while appends wait.
-    let (dir, mut c) = temp_connector(pg, &db, &["public.acct"], "");
+/// A reader tailing the connector's log on a thread of this process (see [`tail`]).
+struct Tail {
+    stop: Arc<AtomicBool>,
+    count: Arc<AtomicUsize>,
+    thread: Option<std::thread::JoinHandle<Seen>>,
+}
+
+impl Tail {
+    fn start(c: &Connector) -> Tail {
+        let stop = Arc::new(AtomicBool::new(false));
+        let count = Arc::new(AtomicUsize::new(0));
+        let thread = {
+            let (log_dir, stop, count) = (c.log_dir(), stop.clone(), count.clone());
+            std::thread::spawn(move || tail(&log_dir, ACCT_TOPIC, &stop, &count))
+        };
+        Tail {
+            stop,
+            count,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits until the reader saw `rows` rows and the connector no longer waits for
+    /// disk; then stops the reader and returns what it saw.
+    async fn until_caught_up(mut self, c: &mut Connector, admin: &str, rows: i64) -> Seen {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            c.assert_running();
+            let thread = self.thread.as_ref().unwrap();
+            if thread.is_finished() {
+                // It failed (a gap, a read error): say why.
+                if let Err(e) = self.thread.take().unwrap().join() {
+                    std::panic::resume_unwind(e);
+                }
+                unreachable!("the tailing reader ends only when told");
+            }
+            if self.count.load(Ordering::Relaxed) >= rows as usize
+                && metric(admin, "cdc_pipeline_waiting_for_disk") == Some(0)
+                && admin_get(admin, "/status").1.contains("running")
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the connector did not catch up ({} of {rows} rows seen)\n{}",
+                self.count.load(Ordering::Relaxed),
+                c.output()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .unwrap()
+            .join()
+            .expect("the tailing reader failed")
+    }
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The `[log]` settings of the budget tests: `budget` bytes, small segments rolled often,
+/// time retention of 3 s run every 200 ms.
+fn with_budget(c: &Connector, budget: u64) {
     c.edit_config(|t| {
         t.replace(
             "partitions = 3\n",
-            "partitions = 3\ndisk_budget_bytes = 196608\nsegment_bytes = 8192\nsegment_ms = 500\nretention_ms = 3000\nmaintenance_interval_ms = 200\n",
+            &format!("partitions = 3\ndisk_budget_bytes = {budget}\nsegment_bytes = 8192\nsegment_ms = 500\nretention_ms = 3000\nmaintenance_interval_ms = 200\n"),
         )
     });
-    let admin = c.fixed_admin_port();
-    c.start();
-    let stop = Arc::new(AtomicBool::new(false));
-    let count = Arc::new(AtomicUsize::new(0));
-    let tailer = {
-        let (log_dir, stop, count) = (c.log_dir(), stop.clone(), count.clone());
-        std::thread::spawn(move || tail(&log_dir, ACCT_TOPIC, &stop, &count))
-    };
-    until_streaming(&mut c).await;
-    insert_rows(pg, &db, 1, ROWS / 2).await;
-    until_waiting_for_disk(&mut c, &admin, Duration::from_secs(60)).await;
-    insert_rows(pg, &db, ROWS / 2 + 1, ROWS - ROWS / 2).await;
-    // Resumes by itself: every row reaches the log.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut resumed = false;
-    while Instant::now() < deadline {
-        c.assert_running();
-        if tailer.is_finished() {
-            break; // it failed: join below says why
-        }
-        if count.load(Ordering::Relaxed) >= ROWS as usize
-            && metric(&admin, "cdc_pipeline_waiting_for_disk") == Some(0)
-            && admin_get(&admin, "/status").1.contains("running")
-        {
-            resumed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    if !resumed && tailer.is_finished() {
-        if let Err(e) = tailer.join() {
-            std::panic::resume_unwind(e);
-        }
-        unreachable!("the tailing reader ends only when told");
-    }
-    assert!(
-        resumed,
-        "the connector did not catch up ({} of {ROWS} rows seen)\n{}",
-        count.load(Ordering::Relaxed),
-        c.output()
-    );
-    stop.store(true, Ordering::Relaxed);
-    let seen = tailer.join().expect("the tailing reader failed");
-    assert_each_once(&seen.ids, ROWS);
-    assert!(metric(&admin, "cdc_pipeline_disk_waits_total").unwrap_or(0) >= 1);
+}
+
+/// After a budget test: retention did free space, the connector stops cleanly, and it
+/// waited without a restart.
+async fn finish_budget_test(pg: &PgServer, db: &str, c: &mut Connector, admin: &str) {
+    assert!(metric(admin, "cdc_pipeline_disk_waits_total").unwrap_or(0) >= 1);
     let log = Log::open_read_only(c.log_dir()).unwrap();
     let d = log.describe(ACCT_TOPIC).unwrap();
     assert!(
@@ -269,9 +291,74 @@ async fn full_disk_budget_waits_and_resumes_when_retention_frees_space() {
     );
     drop(log);
     assert_eq!(c.stop(), Some(0), "{}", c.output());
-    assert_waited_without_restart(&c);
-    drop_slot(pg, &db).await;
-    drop(dir);
+    assert_waited_without_restart(c);
+    drop_slot(pg, db).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn full_disk_budget_waits_and_resumes_when_retention_frees_space() {
+    let pg = PgServer::shared();
+    let db = empty_acct(pg).await;
+    // About 1.5 MB of records against a budget of 192 KiB: retention (3 s) frees the
+    // oldest segments while appends wait.
+    let (_dir, mut c) = temp_connector(pg, &db, &["public.acct"], "");
+    with_budget(&c, 192 << 10);
+    let admin = c.fixed_admin_port();
+    c.start();
+    let tail = Tail::start(&c);
+    until_streaming(&mut c).await;
+    insert_rows(pg, &db, 1, ROWS / 2).await;
+    until_waiting_for_disk(&mut c, &admin, Duration::from_secs(60)).await;
+    insert_rows(pg, &db, ROWS / 2 + 1, ROWS - ROWS / 2).await;
+    // Resumes by itself: every row reaches the log, once.
+    let seen = tail.until_caught_up(&mut c, &admin, ROWS).await;
+    assert_each_once(&seen.ids, ROWS);
+    finish_budget_test(pg, &db, &mut c, &admin).await;
+}
+
+/// The spill of a large open transaction (streamed by the server) counts against the
+/// same budget: while the log's records fill it, spilling waits (the source stops
+/// reading), and resumes when retention frees space; the transaction arrives whole, once.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_spill_of_a_streamed_transaction_shares_the_disk_budget() {
+    // Transactions past 64 kB of changes are streamed while open, and so spilled.
+    let pg = PgServer::start(
+        cdc_harness::PgOptions::default().config("logical_decoding_work_mem = '64kB'"),
+    )
+    .unwrap();
+    let db = empty_acct(&pg).await;
+    let (_dir, mut c) = temp_connector(&pg, &db, &["public.acct"], "");
+    with_budget(&c, 384 << 10);
+    let admin = c.fixed_admin_port();
+    c.start();
+    let tail = Tail::start(&c);
+    until_streaming(&mut c).await;
+    // Small transactions fill the log to its budget and keep it there for a while (the
+    // pipeline has a backlog)…
+    insert_rows(&pg, &db, 1, ROWS).await;
+    until_waiting_for_disk(&mut c, &admin, Duration::from_secs(60)).await;
+    // …while one large transaction is spilled.
+    const LARGE: i64 = 500;
+    pg.execute(
+        &db,
+        &format!(
+            "INSERT INTO acct SELECT g, 0, md5(g::text) || md5((g * 7)::text) FROM generate_series({}, {}) g",
+            ROWS + 1,
+            ROWS + LARGE
+        ),
+    )
+    .await
+    .unwrap();
+    let seen = tail.until_caught_up(&mut c, &admin, ROWS + LARGE).await;
+    assert_each_once(&seen.ids, ROWS + LARGE);
+    let out = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    assert!(
+        out.contains("spilling of a streamed transaction waits"),
+        "the spill did not wait for the budget\n{}",
+        c.output()
+    );
+    assert!(out.contains("spilling resumes"), "{}", c.output());
+    finish_budget_test(&pg, &db, &mut c, &admin).await;
 }
 
 /// A tmpfs mounted on a directory for the test's life (unmounted on drop).
