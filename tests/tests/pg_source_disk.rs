@@ -5,8 +5,11 @@
 //! resumes by itself once space is freed, with every committed change in the log once:
 //! - the disk budget (`[log] disk_budget_bytes`) filled, by many small transactions,
 //!   faster than time retention (`retention_ms`) frees it (a single transaction or a
-//!   snapshot larger than the budget can never fit: it is flushed only as a whole); a reader tailing the log from this process sees every
-//!   record before retention deletes it, so it can tell a lost or repeated one;
+//!   snapshot larger than the budget can never fit: it is flushed only as a whole); a
+//!   reader tailing the log from this process sees every record before retention deletes
+//!   it, so it can tell a lost or repeated one;
+//! - the spill of a large streamed transaction, which counts against the same budget:
+//!   spilling waits while the log's records fill it;
 //! - a real ENOSPC: the log directory is a small tmpfs (needs root: `mount`), filled up
 //!   by a filler file that the test deletes to give the space back.
 
