@@ -634,13 +634,25 @@ impl Pipeline {
         }
     }
 
-    fn topic(&mut self, name: &str) -> Result<Topic, PipelineError> {
+    /// The topic `name`, created if new; a creation refused for lack of disk is retried
+    /// after a wait (an interrupted creation leaves no topic: `topic.conf` is written last).
+    async fn topic(&mut self, name: &str) -> Result<Topic, PipelineError> {
         if let Some(t) = self.topics.get(name) {
             return Ok(t.clone());
         }
-        let t = self
-            .log
-            .topic_or_create(name, self.cfg.topic_config.clone())?;
+        let t = loop {
+            match self
+                .log
+                .topic_or_create(name, self.cfg.topic_config.clone())
+            {
+                Ok(t) => break t,
+                Err(e) if diskwait::is_disk_wait(&e) => {
+                    self.disk.pause(&self.log, &e, self.partial).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        self.disk.resumed();
         self.topics.insert(name.to_string(), t.clone());
         Ok(t)
     }
