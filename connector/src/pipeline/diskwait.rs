@@ -12,8 +12,10 @@
 //!   append (the budget is checked before the partition is touched, and a failed write
 //!   leaves the partition as it was, `stage.rs`) and a flush (a failed write-out keeps the
 //!   partitions dirty and writes no ledger). So a retry neither loses nor duplicates a
-//!   record, and the flush rule of the pipeline (never flush a partly appended
-//!   transaction) is untouched: waiting flushes nothing by itself.
+//!   record. The flush rule of the pipeline (never flush a partly appended transaction)
+//!   is untouched: a wait flushes nothing itself, and the one flush the pipeline makes
+//!   before a budget wait (its complete transactions, so consumers can release them) is
+//!   made only when nothing of the next transaction is appended yet (`mod.rs`).
 //! - While waiting, `/readyz` stays ready (the process is healthy; a restart would not
 //!   free a byte), the `cdc_pipeline_waiting_for_disk` gauge is 1 and `/status` says
 //!   "waiting for disk" with the reason; one warning starts a wait, one info line ends it.
@@ -88,10 +90,6 @@ impl DiskWait {
             current: None,
             said: Instant::now(),
         }
-    }
-
-    pub fn is_waiting(&self) -> bool {
-        self.current.is_some()
     }
 
     fn stopping(&self) -> bool {
