@@ -1112,6 +1112,83 @@ mod tests {
         assert!(log.describe("t.public.a").unwrap().partitions[0].log_start_offset > 0);
     }
 
+    /// A wait in the middle of a transaction keeps the flush rule: nothing of the
+    /// transaction is flushed (visible) while it waits, the complete transactions before
+    /// it were flushed so the consumer could release them, and after the wait the whole
+    /// transaction arrives once, in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_inside_a_transaction_flushes_none_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, registry) = budget_log(dir.path(), 24 * 1024);
+        let mut c = log
+            .consumer("g", "t.public.a", 0, cdc_log::ResetPolicy::Earliest)
+            .unwrap();
+        let status = crate::admin::Status::default();
+        let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let (dtx, drx) = DurablePublisher::new(None);
+        let pipeline = Pipeline::new(
+            log.clone(),
+            Arc::new(registry),
+            PipelineConfig {
+                topic_config: small_segments(),
+                ..config()
+            },
+            dtx,
+        )
+        .with_disk_wait(DiskWait::new(
+            vec![stop_rx],
+            &Default::default(),
+            status.clone(),
+        ));
+        let (tx, rx) = queue::channel(4 << 20);
+        let run = tokio::spawn(pipeline.run(rx));
+        let t = table("a", false);
+        // 20 small transactions (about 15 KiB), then one of 20 events in 4 chunks (as
+        // much): the budget (24 KiB) runs out inside the large one, which fits once the
+        // small ones are released.
+        for i in 0..20i64 {
+            send(&tx, vec![ev(&t, i, 300)], Some(pos(100 + i as u64))).await;
+        }
+        for chunk in 0..4i64 {
+            let events = (0..5).map(|k| ev(&t, 20 + chunk * 5 + k, 300)).collect();
+            let commit = (chunk == 3).then(|| pos(1000));
+            send(&tx, events, commit).await;
+        }
+        until_waiting(&status).await;
+        let p0 = log.describe("t.public.a").unwrap().partitions[0].clone();
+        assert!(
+            (21..40).contains(&p0.log_end_offset),
+            "the wait starts inside the large transaction: {p0:?}"
+        );
+        let hw = p0.high_watermark;
+        assert_eq!(
+            hw, 20,
+            "the small transactions are flushed, none of the large one"
+        );
+        assert_eq!(drx.latest(), Some(pos(119)));
+        // The consumer releases what it read; the large transaction then fits.
+        let mut seen = Vec::new();
+        while seen.len() < 40 {
+            let recs = tokio::task::block_in_place(|| {
+                c.wait(Duration::from_millis(50));
+                c.poll(1 << 20).unwrap()
+            });
+            for r in recs {
+                let v: serde_json::Value = serde_json::from_slice(&r.value.unwrap()).unwrap();
+                seen.push(v["after"]["id"].as_i64().unwrap());
+            }
+            if seen.len() > 20 {
+                // Visible only once its commit is durable: all of it at once.
+                assert_eq!(seen.len(), 40, "part of a transaction became visible");
+                assert_eq!(drx.latest(), Some(pos(1000)));
+            }
+            c.commit().unwrap();
+        }
+        assert_eq!(seen, (0..40).collect::<Vec<_>>());
+        let (_, r) = finish(tx, run).await;
+        r.unwrap();
+    }
+
     /// Shutdown ends a wait for disk at once: the run stops cleanly, with every complete
     /// transaction appended before the wait durable and published, and nothing past it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
