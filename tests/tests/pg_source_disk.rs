@@ -361,6 +361,11 @@ async fn the_spill_of_a_streamed_transaction_shares_the_disk_budget() {
         c.output()
     );
     assert!(out.contains("spilling resumes"), "{}", c.output());
+    assert_eq!(
+        metric(&admin, "cdc_pg_spill_waiting_for_disk"),
+        Some(0),
+        "the spill's gauge is exported, and back to 0"
+    );
     finish_budget_test(&pg, &db, &mut c, &admin).await;
 }
 

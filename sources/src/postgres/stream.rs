@@ -183,6 +183,11 @@ pub(super) async fn stream(
                 // stops reading (the slot retains the WAL instead), as the log's appends
                 // wait too.
                 if !ctx.disk_budget.has_room() {
+                    let waiting = ctx.metrics.gauge(
+                        "cdc_pg_spill_waiting_for_disk",
+                        "1 while spilling a streamed transaction waits for the disk budget (log.disk_budget_bytes)",
+                    );
+                    waiting.set(1);
                     let used = ctx.disk_budget.used_bytes();
                     tracing::warn!(
                         budget = ?ctx.disk_budget.limit(),
@@ -190,11 +195,12 @@ pub(super) async fn stream(
                         spilled = ctx.disk_budget.own_bytes(),
                         "waiting for disk: the disk budget (log.disk_budget_bytes) is full; spilling of a streamed transaction waits until retention or consumers free space (a transaction larger than the budget never fits: raise the budget)"
                     );
-                    if !ctx
+                    let room = ctx
                         .disk_budget
                         .wait_for_room(&mut shutdown, Duration::from_millis(500))
-                        .await
-                    {
+                        .await;
+                    waiting.set(0);
+                    if !room {
                         break Ok(());
                     }
                     tracing::info!("disk budget has room again: spilling resumes");
