@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `GET /healthz` | 200 `ok` while the process serves (liveness) |
 //! | `GET /readyz` | 200 `ready` once [`Readiness::set_ready`]`(true)`, else 503 `not ready` |
+//! | `GET /status` | 200, JSON: `{"state": "running"}`, or `{"state": "waiting for disk", "reason": …, "waiting_seconds": …}` while the pipeline waits for disk (it stays ready meanwhile: a restart would not free space) |
 //! | `GET /metrics` | Prometheus text format 0.0.4: the log's counters, the registry's sizes, and whatever the pipeline registers in [`Metrics`] |
 //! | `/…` and `/registry/…` | the Confluent Schema Registry API (`cdc_registry::http`), when an embedded registry is served; with a remote one, 404 naming it |
 //!
@@ -19,7 +20,8 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -46,6 +48,42 @@ impl Readiness {
     }
     pub fn is_ready(&self) -> bool {
         self.0.load(Ordering::Acquire)
+    }
+}
+
+/// What `/status` reports about the pipeline. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct Status(Arc<Mutex<Option<(String, Instant)>>>);
+
+impl Status {
+    /// `Some(reason)`: the pipeline waits for disk from now on; `None`: it runs again.
+    pub fn set_waiting_for_disk(&self, reason: Option<String>) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match reason {
+            Some(r) => {
+                let since = g.as_ref().map_or_else(Instant::now, |(_, t)| *t);
+                *g = Some((r, since));
+            }
+            None => *g = None,
+        }
+    }
+
+    /// The reason and how long the pipeline has waited, while it waits for disk.
+    pub fn waiting_for_disk(&self) -> Option<(String, std::time::Duration)> {
+        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.as_ref().map(|(r, t)| (r.clone(), t.elapsed()))
+    }
+
+    /// The `/status` document.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self.waiting_for_disk() {
+            Some((reason, d)) => serde_json::json!({
+                "state": "waiting for disk",
+                "reason": reason,
+                "waiting_seconds": d.as_secs(),
+            }),
+            None => serde_json::json!({ "state": "running" }),
+        }
     }
 }
 
@@ -279,6 +317,7 @@ pub struct AdminOptions {
     pub basic_auth: Option<BasicAuth>,
     pub readiness: Readiness,
     pub metrics: Metrics,
+    pub status: Status,
 }
 
 impl AdminOptions {
@@ -292,6 +331,7 @@ impl AdminOptions {
             basic_auth: None,
             readiness: Readiness::new(true),
             metrics: Metrics::default(),
+            status: Status::default(),
         }
     }
     /// Also serve the registry API at `/` and `/registry/`.
@@ -334,6 +374,7 @@ pub struct AdminServer {
 pub fn router(options: &AdminOptions) -> Router {
     let readiness = options.readiness.clone();
     let metrics = options.metrics.clone();
+    let status = options.status.clone();
     let log = options.log.clone();
     let registry = options.registry.clone();
     let mut app = Router::new()
@@ -348,6 +389,20 @@ pub fn router(options: &AdminOptions) -> Router {
                     } else {
                         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
                     }
+                }
+            }),
+        )
+        .route(
+            "/status",
+            get(move || {
+                let body = status.to_json().to_string() + "\n";
+                async move {
+                    let mut resp = body.into_response();
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    resp
                 }
             }),
         )
@@ -492,6 +547,18 @@ mod tests {
             out.contains("\ncdc_log_ledger_fallback_cut_records_total 1\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn status_says_waiting_for_disk() {
+        let s = Status::default();
+        assert_eq!(s.to_json()["state"], "running");
+        s.set_waiting_for_disk(Some("disk full".into()));
+        let j = s.to_json();
+        assert_eq!(j["state"], "waiting for disk");
+        assert_eq!(j["reason"], "disk full");
+        s.set_waiting_for_disk(None);
+        assert_eq!(s.to_json()["state"], "running");
     }
 
     #[test]

@@ -44,6 +44,7 @@
 //!   [`SourceError::Definite`] stops the connector and tells the operator what to do.
 //!   Valid data in the database is never a definite error.
 
+pub mod budget;
 pub mod check;
 pub mod config;
 pub mod dburl;
@@ -56,6 +57,7 @@ pub mod progress;
 pub mod secret;
 pub mod tls;
 
+pub use budget::DiskBudget;
 pub use check::CheckReport;
 pub use config::{SourceConfig, SourceKind, SourceSpec};
 pub use durable::{Durable, DurablePublisher};
@@ -113,6 +115,9 @@ pub struct SourceContext {
     pub metrics: Metrics,
     /// Where a snapshot counts its progress (rendered by the pipeline).
     pub progress: Arc<SnapshotProgress>,
+    /// The disk budget shared with the log: what the source keeps on disk itself (spill
+    /// files) is counted here, and it waits for room before writing more.
+    pub disk_budget: DiskBudget,
 }
 
 /// A failure of a source, classified for the supervisor: [`Failure`]'s transient /

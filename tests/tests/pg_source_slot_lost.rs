@@ -6,7 +6,9 @@
 //!   slot; `snapshot.mode = "when_needed"` then drops the slot, snapshots again (rows
 //!   re-read as `op = r`) and streams on;
 //! - slot lost while the connector is running (stalled with SIGSTOP, so the checkpointer
-//!   terminates its walsender): it ends with exit code 1 and the same error, no restart loop.
+//!   terminates its walsender): it ends with exit code 1 and the same error, no restart loop;
+//! - slot lost while the connector waits for disk (its disk budget full): the retained-WAL
+//!   alarm fires first (gauge and ALARM line), then the connector stops with the same error.
 //!
 //! How the slot gets lost deterministically: each test has its own server with
 //! `max_slot_wal_keep_size = '1MB'` (less than a 16 MB segment, so a checkpoint keeps no
@@ -307,6 +309,110 @@ async fn lost_while_running_stops_with_the_invalidated_error() {
         next_offsets(&read_topic(&c.log_dir(), ACCT_TOPIC)),
         before,
         "records appended from a lost slot\n{}",
+        c.output()
+    );
+    assert_eq!(wal_status(&pg, &db).await.as_deref(), Some("lost"));
+}
+
+/// The value of the un-labelled metric `name` on the connector's `/metrics`.
+fn metric_value(c: &Connector, name: &str) -> Option<u64> {
+    metrics(c)
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Polls until `metric` is `want`; panics with the connector's output after 60 s.
+async fn until_metric(c: &mut Connector, metric: &str, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric_value(c, metric) != Some(want) {
+        c.assert_running();
+        assert!(
+            Instant::now() < deadline,
+            "{metric} never became {want}\n{}",
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// While the connector waits for disk (its budget is full and nothing frees it) the slot
+/// falls behind: the retained-WAL alarm fires (its gauge and the ALARM line), and when
+/// `max_slot_wal_keep_size` invalidates the slot the connector stops with the
+/// invalidated-slot error: the wait does not hide it, and nothing restarts in a loop.
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_for_disk_fires_the_retained_wal_alarm_and_reports_a_lost_slot() {
+    let pg = server();
+    let db = setup_acct(&pg, 0).await;
+    let (_dir, mut c) = temp_connector(&pg, &db, &["public.acct"], "");
+    c.edit_config(|t| {
+        t.replace(
+            "heartbeat_interval_ms = 1000\n",
+            "heartbeat_interval_ms = 1000\nslot_monitor_interval_ms = 200\nmax_retained_wal = \"4MB\"\n",
+        )
+        .replace(
+            "partitions = 3\n",
+            "partitions = 3\ndisk_budget_bytes = 65536\nsegment_bytes = 8192\nretention_ms = -1\n",
+        )
+    });
+    c.start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(c.dir.join("connector.log"))
+        .unwrap_or_default()
+        .contains("replication stream started")
+    {
+        c.assert_running();
+        assert!(Instant::now() < deadline, "not streaming\n{}", c.output());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Small transactions until the budget is full (retention never frees it).
+    let sql = pg.superuser_client(&db).await.unwrap();
+    for tx in 0..200 {
+        sql.batch_execute(&format!(
+            "INSERT INTO acct SELECT g, 0, md5(g::text) || md5((g * 7)::text) FROM generate_series({}, {}) g",
+            tx * 10 + 1,
+            tx * 10 + 10
+        ))
+        .await
+        .unwrap();
+    }
+    until_metric(&mut c, "cdc_pipeline_waiting_for_disk", 1).await;
+    assert_eq!(metric_value(&c, "cdc_pg_slot_retained_wal_alarm"), Some(0));
+
+    // WAL written elsewhere piles up behind the slot, which confirms nothing meanwhile.
+    let other = pg.superuser_client("postgres").await.unwrap();
+    other
+        .batch_execute("CREATE TABLE IF NOT EXISTS filler (n int)")
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        other
+            .batch_execute("INSERT INTO filler VALUES (1); SELECT pg_switch_wal();")
+            .await
+            .unwrap();
+    }
+    until_metric(&mut c, "cdc_pg_slot_retained_wal_alarm", 1).await;
+    assert!(
+        c.output()
+            .contains("ALARM: the replication slot retains more WAL"),
+        "{}",
+        c.output()
+    );
+    assert_eq!(
+        metric_value(&c, "cdc_pipeline_waiting_for_disk"),
+        Some(1),
+        "still waiting for disk"
+    );
+
+    // The server gives up on the slot: the connector reports it and stops.
+    invalidate(&pg, &db).await;
+    assert_eq!(wait_exit(&mut c).await, Some(1), "{}", c.output());
+    assert_invalidated_error(&c);
+    // The wait ended with the source: it did not hold the error back until disk frees.
+    let out = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    assert!(
+        out.contains("stopped while waiting for disk"),
+        "{}",
         c.output()
     );
     assert_eq!(wal_status(&pg, &db).await.as_deref(), Some("lost"));

@@ -89,6 +89,11 @@ pub struct LogOptions {
     /// [`LogError::BudgetExhausted`] (transient). `None` = no budget.
     pub disk_budget_bytes: Option<u64>,
     pub budget_wait: Duration,
+    /// Bytes that other writers sharing the same disk budget hold outside the log (the
+    /// connector passes the source's spill files here): counted with the log's own bytes
+    /// when the budget is checked. Their owner frees them without telling the log, so a
+    /// waiter on [`Log::budget_ready`] should also re-check on a timer.
+    pub budget_shared_bytes: Option<Arc<AtomicU64>>,
     /// On open, if the durable data is shorter than the ledger says (fsynced data lost),
     /// cut the ledger back instead of failing. Off by default: losing durable data should
     /// stop the pipeline, not silently replay from a checkpoint that is now ahead.
@@ -122,6 +127,7 @@ impl Default for LogOptions {
             flush_policy: FlushPolicy::Manual,
             disk_budget_bytes: None,
             budget_wait: Duration::ZERO,
+            budget_shared_bytes: None,
             accept_damaged_tail: false,
             maintenance_interval: None,
             read_only: false,

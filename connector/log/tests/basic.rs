@@ -544,6 +544,37 @@ fn disk_budget_blocks_until_group_reads() {
     assert!(log.describe("t").unwrap().partitions[0].log_start_offset > 0);
 }
 
+/// Bytes another writer holds on the same budget (the source's spill files) count as
+/// used: appends are refused while they fill it and admitted once their owner frees them.
+#[test]
+fn disk_budget_counts_shared_bytes() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let shared = std::sync::Arc::new(AtomicU64::new(0));
+    let log = Log::open(
+        dir.path(),
+        LogOptions {
+            disk_budget_bytes: Some(64 * 1024),
+            budget_shared_bytes: Some(shared.clone()),
+            ..LogOptions::default()
+        },
+    )
+    .unwrap();
+    let t = log.create_topic("t", small_topic(1)).unwrap();
+    t.append(0, &[rec(b"k", &[1u8; 100], 0)]).unwrap();
+    let own = log.budget_used_bytes();
+    assert!(own > 0);
+    shared.store(64 * 1024, Ordering::Relaxed);
+    assert_eq!(log.budget_used_bytes(), own + 64 * 1024);
+    let e = t.append(0, &[rec(b"k", &[1u8; 100], 0)]).unwrap_err();
+    assert!(matches!(e, LogError::BudgetExhausted { .. }), "{e}");
+    assert!(!log.wait_for_budget(Duration::from_millis(10)));
+    shared.store(0, Ordering::Relaxed);
+    assert!(log.wait_for_budget(Duration::from_millis(10)));
+    t.append(0, &[rec(b"k", &[1u8; 100], 0)]).unwrap();
+    assert!(!log.budget_exhausted());
+}
+
 #[test]
 fn flush_policies_and_partitioner() {
     let dir = tempfile::tempdir().unwrap();

@@ -45,6 +45,15 @@
 //! `SnapshotIncomplete`; the next snapshot's prefix then holds this one's rows, and the
 //! deletes are computed again against it.
 //!
+//! # Waiting for disk
+//!
+//! An append or flush the log refuses for lack of disk (budget exhausted, ENOSPC) is
+//! retried after a wait instead of failing the pipeline ([`diskwait`]): each retried call
+//! is one that changed nothing when it failed (appends go one partition at a time for
+//! that), so nothing is lost or appended twice. Before it waits on the budget with no
+//! partial transaction appended, the pipeline flushes its pending commit: consumers can
+//! then read (and release) those records, and the source confirms them.
+//!
 //! # Encoding in parallel
 //!
 //! The pipeline task registers schemas and appends; encoding runs beside it ([`encode`]):
@@ -62,6 +71,7 @@
 //! allocation per record) until they are appended in pieces of about
 //! `APPEND_CHUNK_BYTES` (1 MiB).
 
+pub mod diskwait;
 mod encode;
 pub mod hidden;
 pub mod progress;
@@ -71,6 +81,7 @@ pub mod registry;
 pub mod run;
 mod schemas;
 
+pub use diskwait::DiskWait;
 pub use schemas::{changed_columns, subject};
 use schemas::{level_name, restore_request};
 
@@ -140,6 +151,10 @@ pub enum PipelineError {
     Log(#[from] cdc_log::LogError),
     #[error("the log's flush task failed ({0}): nothing past the last durable checkpoint was acknowledged; the next start recovers the log from its ledger. Report this as a bug")]
     FlushTask(String),
+    /// Told to stop (shutdown, or the source ended) while waiting for disk;
+    /// [`Pipeline::run`] reports it as a clean stop.
+    #[error("stopped while waiting for disk: nothing past the last durable checkpoint was acknowledged; the next start reads it again")]
+    StoppedWhileWaitingForDisk,
 }
 
 impl PipelineError {
@@ -218,6 +233,10 @@ pub struct Pipeline {
     snapshot_start: Option<reconcile::Start>,
     /// Keys per pass of a reconciliation.
     reconcile_keys_per_pass: u64,
+    /// Waiting for disk (budget, ENOSPC): its state, figures and shutdown signal.
+    disk: DiskWait,
+    /// Records of one partition, for appends of a multi-partition topic (reused).
+    by_partition: Vec<Vec<usize>>,
 }
 
 impl InFlight {
@@ -256,7 +275,16 @@ impl Pipeline {
             routed_tables: HashMap::new(),
             snapshot_start: None,
             reconcile_keys_per_pass: reconcile::KEYS_PER_PASS,
+            disk: DiskWait::default(),
+            by_partition: Vec::new(),
         }
+    }
+
+    /// Waits for disk with `disk` (its shutdown signal and the figures it registered)
+    /// instead of a private, signal-less one.
+    pub fn with_disk_wait(mut self, disk: DiskWait) -> Self {
+        self.disk = disk;
+        self
     }
 
     /// Runs until the channel closes (the source ended) or a definite error. On return,
@@ -280,7 +308,19 @@ impl Pipeline {
         } else {
             self.flush_pending().await
         };
-        (self.stats, r.and(r2))
+        let stopped = |r: Result<(), PipelineError>| match r {
+            Err(PipelineError::StoppedWhileWaitingForDisk) => Ok(()),
+            r => r,
+        };
+        if matches!(r, Err(PipelineError::StoppedWhileWaitingForDisk))
+            || matches!(r2, Err(PipelineError::StoppedWhileWaitingForDisk))
+        {
+            tracing::info!(
+                durable = ?self.stats.last_durable.as_ref().map(|p| p.to_string()),
+                "stopped while waiting for disk (shutdown, or the source ended); what is not durable is read again on the next start"
+            );
+        }
+        (self.stats, stopped(r).and(stopped(r2)))
     }
 
     async fn run_inner(&mut self, rx: &mut BatchReceiver) -> Result<(), PipelineError> {
@@ -323,18 +363,37 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Flushes the pending commit, waiting for disk (and retrying) while the file system
+    /// is full: a failed flush wrote no ledger and keeps its partitions dirty.
     async fn flush_pending(&mut self) -> Result<(), PipelineError> {
-        let Some((pos, _)) = self.pending.take() else {
+        loop {
+            match self.try_flush_pending().await {
+                Err(PipelineError::Log(e)) if diskwait::is_disk_wait(&e) => {
+                    self.disk.pause(&self.log, &e, self.partial).await?;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// One flush of the pending commit; on a log error the commit stays pending.
+    async fn try_flush_pending(&mut self) -> Result<(), PipelineError> {
+        let Some((pos, since)) = self.pending.take() else {
             return Ok(());
         };
         let log = self.log.clone();
         let cp = pos.to_bytes();
         match tokio::task::spawn_blocking(move || log.flush(Some(&cp))).await {
-            Ok(r) => r?,
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                self.pending = Some((pos, since));
+                return Err(e.into());
+            }
             // The flush may or may not have reached the disk: nothing is published, and
             // the supervisor stops rather than guess (a restart recovers from the ledger).
             Err(e) => return Err(PipelineError::FlushTask(e.to_string())),
         };
+        self.disk.resumed();
         self.bytes_since_flush = 0;
         self.stats.flushes += 1;
         self.stats.last_durable = Some(pos.clone());
@@ -466,16 +525,11 @@ impl Pipeline {
             self.flush_pending().await?;
         }
         let pieces = encoded?;
-        if !pieces.is_empty() {
-            // From the first append of a batch until its commit is appended, the log holds
-            // part of a transaction: no flush may cover it.
-            self.partial = true;
-        }
         let mut result = Ok(());
         for p in pieces {
             if result.is_ok() {
                 self.cfg.hidden.report(&p.buf);
-                match append_encoded(&p.topic, &p.buf, job.ts) {
+                match self.append_encoded(&p.topic, &p.buf, job.ts).await {
                     Ok((records, bytes)) => {
                         self.stats.records += records;
                         self.bytes_since_flush += bytes;
@@ -535,57 +589,126 @@ impl Pipeline {
         Ok(())
     }
 
-    fn topic(&mut self, name: &str) -> Result<Topic, PipelineError> {
+    /// Appends the records in `buf` to `topic` (key-partitioned, as Kafka's partitioner);
+    /// returns (records, bytes). One partition at a time, so that an append the log refuses
+    /// for lack of disk is retried alone, after the wait, without appending the others again.
+    async fn append_encoded(
+        &mut self,
+        topic: &Topic,
+        buf: &RecordBuf,
+        ts: i64,
+    ) -> Result<(u64, u64), PipelineError> {
+        if buf.is_empty() {
+            return Ok((0, 0));
+        }
+        // Headers are rare (key changes, values the format cannot carry): a record's are
+        // contiguous, in record order, so each record takes the next `header_count` of them.
+        let headers: Vec<HeaderRef<'_>> = (0..buf.len())
+            .flat_map(|i| buf.headers(i))
+            .map(|(key, value)| HeaderRef {
+                key,
+                value: Some(value),
+            })
+            .collect();
+        let mut next_header = 0;
+        let records: Vec<NewRecord<'_>> = (0..buf.len())
+            .map(|i| {
+                let n = buf.header_count(i);
+                let h: &[HeaderRef<'_>] = &headers[next_header..next_header + n];
+                next_header += n;
+                NewRecord {
+                    key: buf.key(i),
+                    value: buf.value(i),
+                    headers: h,
+                    timestamp: ts,
+                }
+            })
+            .collect();
+        let n = topic.partitions();
+        if n == 1 {
+            // Where Kafka's partitioner would send every record anyway: no hashing of
+            // each key (the first touch of bytes another core encoded) and no regrouping.
+            self.append_retrying(topic, 0, &records).await?;
+        } else {
+            let mut by_partition = std::mem::take(&mut self.by_partition);
+            by_partition.resize_with(n as usize, Vec::new);
+            for (i, r) in records.iter().enumerate() {
+                by_partition[topic.partition_for(r.key) as usize].push(i);
+            }
+            let mut group: Vec<NewRecord<'_>> = Vec::with_capacity(records.len());
+            let mut result = Ok(());
+            for (p, idx) in by_partition.iter_mut().enumerate() {
+                if result.is_ok() && !idx.is_empty() {
+                    group.clear();
+                    group.extend(idx.iter().map(|&i| records[i]));
+                    result = self.append_retrying(topic, p as u32, &group).await;
+                }
+                idx.clear();
+            }
+            self.by_partition = by_partition;
+            result?;
+        }
+        Ok((records.len() as u64, buf.bytes.len() as u64))
+    }
+
+    /// One batch to one partition, waiting for disk and retrying while the log refuses it
+    /// for lack of room (a refused append changed nothing: `diskwait`).
+    async fn append_retrying(
+        &mut self,
+        topic: &Topic,
+        partition: u32,
+        records: &[NewRecord<'_>],
+    ) -> Result<(), PipelineError> {
+        loop {
+            // Appends write without fsync: cheap enough inline, outside the async scheduling.
+            match tokio::task::block_in_place(|| topic.append(partition, records)) {
+                Ok(_) => {
+                    // From the first append of a batch until its commit is appended, the
+                    // log holds part of a transaction: no flush may cover it.
+                    self.partial = true;
+                    self.disk.resumed();
+                    return Ok(());
+                }
+                Err(e) if diskwait::is_disk_wait(&e) => {
+                    if !self.partial && self.pending.is_some() {
+                        // Nothing of this transaction is in the log yet: make the complete
+                        // ones durable first, so consumers can read (and release) them and
+                        // the source can confirm them while we wait.
+                        match self.try_flush_pending().await {
+                            Ok(()) => continue,
+                            Err(PipelineError::Log(f)) if diskwait::is_disk_wait(&f) => {}
+                            Err(f) => return Err(f),
+                        }
+                    }
+                    self.disk.pause(&self.log, &e, self.partial).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The topic `name`, created if new; a creation refused for lack of disk is retried
+    /// after a wait (an interrupted creation leaves no topic: `topic.conf` is written last).
+    async fn topic(&mut self, name: &str) -> Result<Topic, PipelineError> {
         if let Some(t) = self.topics.get(name) {
             return Ok(t.clone());
         }
-        let t = self
-            .log
-            .topic_or_create(name, self.cfg.topic_config.clone())?;
+        let t = loop {
+            match self
+                .log
+                .topic_or_create(name, self.cfg.topic_config.clone())
+            {
+                Ok(t) => break t,
+                Err(e) if diskwait::is_disk_wait(&e) => {
+                    self.disk.pause(&self.log, &e, self.partial).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        self.disk.resumed();
         self.topics.insert(name.to_string(), t.clone());
         Ok(t)
     }
-}
-
-/// Appends the records in `buf` to `topic` (key-partitioned); returns (records, bytes).
-fn append_encoded(topic: &Topic, buf: &RecordBuf, ts: i64) -> Result<(u64, u64), PipelineError> {
-    if buf.is_empty() {
-        return Ok((0, 0));
-    }
-    // Headers are rare (key changes, values the format cannot carry): a record's are
-    // contiguous, in record order, so each record takes the next `header_count` of them.
-    let headers: Vec<HeaderRef<'_>> = (0..buf.len())
-        .flat_map(|i| buf.headers(i))
-        .map(|(key, value)| HeaderRef {
-            key,
-            value: Some(value),
-        })
-        .collect();
-    let mut next_header = 0;
-    let records: Vec<NewRecord<'_>> = (0..buf.len())
-        .map(|i| {
-            let n = buf.header_count(i);
-            let h: &[HeaderRef<'_>] = &headers[next_header..next_header + n];
-            next_header += n;
-            NewRecord {
-                key: buf.key(i),
-                value: buf.value(i),
-                headers: h,
-                timestamp: ts,
-            }
-        })
-        .collect();
-    // Appends write without fsync: cheap enough inline, outside the async scheduling.
-    tokio::task::block_in_place(|| {
-        if topic.partitions() == 1 {
-            // Where Kafka's partitioner would send every record anyway: no hashing of
-            // each key (the first touch of bytes another core encoded) and no regrouping.
-            topic.append(0, &records).map(drop)
-        } else {
-            topic.append_keyed(&records).map(drop)
-        }
-    })?;
-    Ok((records.len() as u64, buf.bytes.len() as u64))
 }
 
 fn now_ns() -> i64 {
@@ -595,6 +718,8 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
+#[cfg(test)]
+mod diskwait_tests;
 #[cfg(test)]
 mod tests {
     //! The pipeline against a real embedded log and the embedded registry: order, batch
@@ -607,7 +732,7 @@ mod tests {
 
     mod resnapshot;
 
-    fn table(name: &str, extra: bool) -> Arc<TableSchema> {
+    pub(super) fn table(name: &str, extra: bool) -> Arc<TableSchema> {
         let mut cols = vec![
             Column::new("id", ColumnType::Int64, "int8").not_null(),
             Column::new("v", ColumnType::Text { max_len: None }, "text"),
@@ -627,11 +752,11 @@ mod tests {
         })
     }
 
-    fn pos(lsn: u64) -> Checkpoint {
+    pub(super) fn pos(lsn: u64) -> Checkpoint {
         Checkpoint::At(position(lsn))
     }
 
-    fn ev(t: &Arc<TableSchema>, id: i64, text: usize) -> ChangeEvent {
+    pub(super) fn ev(t: &Arc<TableSchema>, id: i64, text: usize) -> ChangeEvent {
         let mut vals = vec![Value::Int64(id), Value::Text("x".repeat(text))];
         if t.columns.len() == 3 {
             vals.push(Value::Int32(7));
@@ -675,7 +800,7 @@ mod tests {
 
     /// The tests' default: JSON without schemas, topics `t.<schema>.<table>`, no forced
     /// schema changes, no group commit before the end, the tables' own keys.
-    fn config() -> PipelineConfig {
+    pub(super) fn config() -> PipelineConfig {
         PipelineConfig {
             encoder: EncoderConfig::new(
                 SourceInfo::new(ConnectorKind::Postgres, "t", "db"),
@@ -713,7 +838,7 @@ mod tests {
     }
 
     /// Sends a batch of `events` ending at `commit` (`None`: part of a transaction).
-    async fn send(
+    pub(super) async fn send(
         tx: &tokio::sync::mpsc::Sender<ChangeBatch>,
         events: Vec<ChangeEvent>,
         commit: Option<Checkpoint>,
@@ -729,7 +854,7 @@ mod tests {
     }
 
     /// Ends the source (closes the channel) and waits for the pipeline's stats and result.
-    async fn finish(
+    pub(super) async fn finish(
         tx: tokio::sync::mpsc::Sender<ChangeBatch>,
         run: Run,
     ) -> (PipelineStats, Result<(), PipelineError>) {

@@ -9,10 +9,15 @@
 //! crash would — and the next attempt, after a backoff, resumes from the checkpoint. A
 //! definite error exits 1; shutdown (SIGTERM / Ctrl-C) drains and exits 0.
 //!
+//! Lack of disk is not a failure: the pipeline waits for room (`diskwait.rs`) with the log
+//! open, and the source's spill shares the log's disk budget (`[log] disk_budget_bytes`):
+//! one counter of the spill's bytes is handed to both, for each attempt.
+//!
 //! The schema registry is the embedded one in its own log at `<log.dir>/registry`, or the
 //! remote one at `[registry] url` (see [`super::registry`]).
 
 use std::process::ExitCode;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,10 +28,10 @@ use cdc_schemas::encode::{
 };
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::Checkpoint;
-use cdc_sources::{DurablePublisher, SnapshotProgress, Source, SourceContext};
+use cdc_sources::{DiskBudget, DurablePublisher, SnapshotProgress, Source, SourceContext};
 use tokio::sync::watch;
 
-use super::{Pipeline, PipelineConfig};
+use super::{DiskWait, Pipeline, PipelineConfig};
 use crate::config::Config;
 
 /// The encoder options from `[format]` (valid after `Config::validate`), for records of
@@ -117,6 +122,7 @@ pub async fn run(config: Config) -> ExitCode {
     let shutdown = shutdown_signal();
     let admin_opts = opened.admin_options(config.admin.listen);
     let metrics = admin_opts.metrics.clone();
+    let status = admin_opts.status.clone();
     // The admin server stops on shutdown, or when the connector is done by itself
     // (`initial_only`, a definite error): then it must not hold the exit up.
     let (admin_stop, admin_stop_rx) = watch::channel(false);
@@ -158,7 +164,11 @@ pub async fn run(config: Config) -> ExitCode {
     let mut backoff = Duration::from_millis(500);
     let code = loop {
         let started = Instant::now();
-        let log = match Log::open(&config.log.dir, log_options.clone()) {
+        // The source's spill files, counted against the log's disk budget.
+        let spilled = Arc::new(AtomicU64::new(0));
+        let mut attempt_options = log_options.clone();
+        attempt_options.budget_shared_bytes = Some(spilled.clone());
+        let log = match Log::open(&config.log.dir, attempt_options) {
             Ok(l) => l,
             Err(e) => {
                 eprintln!(
@@ -182,6 +192,9 @@ pub async fn run(config: Config) -> ExitCode {
         // Bounded by the memory of the queued events, not by a count of batches.
         let (btx, brx) = super::queue::channel(config.source.common.max_queued_bytes);
         let (publisher, durable) = DurablePublisher::new(resume_from.clone());
+        // Set when the source stopped on an error: a pipeline waiting for disk then stops
+        // too (what it holds is read again), or a definite error would wait with it.
+        let (source_ended, source_ended_rx) = watch::channel(false);
         let pipeline = Pipeline::new(
             log.clone(),
             registry.clone(),
@@ -196,7 +209,12 @@ pub async fn run(config: Config) -> ExitCode {
                 hidden: hidden.clone(),
             },
             publisher,
-        );
+        )
+        .with_disk_wait(DiskWait::new(
+            vec![shutdown.clone(), source_ended_rx],
+            &metrics,
+            status.clone(),
+        ));
         let pipe = tokio::spawn(pipeline.run(brx));
         let source = match cdc_sources::build(&spec) {
             Ok(s) => s,
@@ -212,8 +230,17 @@ pub async fn run(config: Config) -> ExitCode {
             shutdown: shutdown.clone(),
             metrics: metrics.clone(),
             progress: snapshot_progress.clone(),
+            disk_budget: {
+                let log = log.clone();
+                DiskBudget::new(log_options.disk_budget_bytes, spilled, move || {
+                    log.disk_bytes()
+                })
+            },
         };
         let src_result = source.run(ctx).await;
+        if src_result.is_err() {
+            let _ = source_ended.send(true);
+        }
         let (stats, pipe_result) = match pipe.await {
             Ok(r) => r,
             Err(e) => {

@@ -26,7 +26,7 @@ impl Pipeline {
                 .register(&topic, routed, &enc, "<logical decoding messages>", None)
                 .await?;
             enc.set_schema_ids(ids);
-            let topic = self.topic(&topic)?;
+            let topic = self.topic(&topic).await?;
             Arc::make_mut(&mut self.encoders).messages = Some(Arc::new((enc, topic)));
             return Ok(());
         }
@@ -58,7 +58,7 @@ impl Pipeline {
             .await?;
         enc.set_schema_ids(ids);
         tracing::info!(table = %schema.id, topic, key_id = ?ids.key, value_id = ids.value, "schema registered");
-        let topic = self.topic(&topic)?;
+        let topic = self.topic(&topic).await?;
         Arc::make_mut(&mut self.encoders).tables.insert(
             schema.id.clone(),
             Arc::new(TableState {

@@ -35,7 +35,8 @@ pub struct PgSettings {
     /// Default 10000; at most a third of the server's `wal_sender_timeout` is used.
     #[serde(default = "default_status_interval_ms")]
     pub status_interval_ms: u64,
-    /// Retained WAL of the slot above which an alarm is logged ("1GB", or bytes).
+    /// Retained WAL of the slot above which an alarm is logged ("1GB", or bytes; 0 or
+    /// "off" disables it). Default [`DEFAULT_MAX_RETAINED_WAL`].
     #[serde(default)]
     pub max_retained_wal: Option<toml::Value>,
     /// How often the slot's retained WAL and wal_status are polled. Default 10000.
@@ -54,6 +55,14 @@ pub struct PgSettings {
     pub spill_dir: Option<PathBuf>,
 }
 
+/// The retained-WAL alarm's default threshold: 1 GiB. A connector that keeps up retains
+/// about one status interval of WAL (10 s by default), far below this; Postgres' own
+/// default `max_wal_size` is 1 GB, and servers that bound slots (`max_slot_wal_keep_size`)
+/// set it to several, often tens of, gigabytes: so the alarm comes early enough for an
+/// operator to act (free disk for the log, fix a stalled sink) before the server
+/// invalidates the slot or runs out of disk itself.
+pub const DEFAULT_MAX_RETAINED_WAL: u64 = 1 << 30;
+
 fn default_heartbeat_ms() -> u64 {
     10_000
 }
@@ -71,13 +80,24 @@ fn default_true() -> bool {
 }
 
 impl PgSettings {
-    /// `max_retained_wal` in bytes (valid after `finish`).
+    /// `max_retained_wal` in bytes; `None`: the alarm is off (valid after `finish`).
     pub fn max_retained_wal_bytes(&self) -> Option<u64> {
+        self.max_retained_wal_setting().ok().flatten()
+    }
+
+    /// `Err`: not a size. `Ok(None)`: off (0 or "off"); unset: the default.
+    fn max_retained_wal_setting(&self) -> Result<Option<u64>, ()> {
         match &self.max_retained_wal {
-            None => None,
-            Some(toml::Value::Integer(n)) if *n > 0 => Some(*n as u64),
-            Some(toml::Value::String(s)) => parse_byte_size(s),
-            Some(_) => None,
+            None => Ok(Some(DEFAULT_MAX_RETAINED_WAL)),
+            Some(toml::Value::Integer(0)) => Ok(None),
+            Some(toml::Value::Integer(n)) if *n > 0 => Ok(Some(*n as u64)),
+            Some(toml::Value::String(s)) if s.trim().eq_ignore_ascii_case("off") => Ok(None),
+            Some(toml::Value::String(s)) => match parse_byte_size(s) {
+                Some(0) => Ok(None),
+                Some(n) => Ok(Some(n)),
+                None => Err(()),
+            },
+            Some(_) => Err(()),
         }
     }
 
@@ -143,10 +163,10 @@ impl DbSection for PgSettings {
                 format!("{:?}: use one of placeholder, reselect", self.toast),
             ));
         }
-        if self.max_retained_wal.is_some() && self.max_retained_wal_bytes().is_none() {
+        if self.max_retained_wal_setting().is_err() {
             return Err((
                 "source.max_retained_wal".into(),
-                "use a positive number of bytes or a size like \"512MB\" or \"1GB\"".into(),
+                "use a number of bytes or a size like \"512MB\" or \"1GB\" (0 or \"off\" disables the alarm)".into(),
             ));
         }
         Ok(())
@@ -205,5 +225,39 @@ impl PgSourceConfig {
                 .unwrap_or_else(|| spec.data_dir.join("spill")),
             toast_reselect: pg.toast == "reselect",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(line: &str) -> PgSettings {
+        toml::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn max_retained_wal_defaults_on_and_can_be_turned_off() {
+        assert_eq!(
+            settings("").max_retained_wal_bytes(),
+            Some(DEFAULT_MAX_RETAINED_WAL)
+        );
+        assert_eq!(
+            settings("max_retained_wal = \"512MB\"").max_retained_wal_bytes(),
+            Some(512 << 20)
+        );
+        assert_eq!(
+            settings("max_retained_wal = 4096").max_retained_wal_bytes(),
+            Some(4096)
+        );
+        for off in ["0", "\"off\"", "\"0\""] {
+            let s = settings(&format!("max_retained_wal = {off}"));
+            assert_eq!(s.max_retained_wal_bytes(), None, "{off}");
+            assert!(s.max_retained_wal_setting().is_ok());
+        }
+        for bad in ["-5", "\"lots\"", "true"] {
+            let s = settings(&format!("max_retained_wal = {bad}"));
+            assert!(s.max_retained_wal_setting().is_err(), "{bad}");
+        }
     }
 }

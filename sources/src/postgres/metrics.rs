@@ -35,6 +35,8 @@ pub struct PgMetrics {
     pub retained_wal_bytes: Gauge,
     pub wal_status_lost: Gauge,
     pub durable_lsn: Gauge,
+    /// 1 while the retained WAL is above `source.max_retained_wal` (the alarm).
+    pub retained_wal_alarm: Gauge,
 }
 
 impl PgMetrics {
@@ -52,6 +54,10 @@ impl PgMetrics {
                 "cdc_pg_durable_lsn",
                 "the newest source position durable in the log (as a number)",
             ),
+            retained_wal_alarm: m.gauge(
+                "cdc_pg_slot_retained_wal_alarm",
+                "1 while the slot retains more WAL than source.max_retained_wal",
+            ),
         }
     }
 
@@ -61,6 +67,7 @@ impl PgMetrics {
             .set(s.retained_wal_bytes.unwrap_or(0));
         self.wal_status_lost
             .set((s.wal_status.as_deref() == Some("lost")) as u64);
+        self.retained_wal_alarm.set(s.over_limit as u64);
     }
 }
 
@@ -137,7 +144,6 @@ pub(super) async fn monitor(
             s.retained_wal_bytes = retained;
             s.wal_status = wal_status.clone();
             s.confirmed_flush_lsn = confirmed.and_then(|c| c.parse().ok());
-            metrics.observe(&s);
             if let Some(lsn) = durable.position_with(durable_lsn) {
                 metrics.durable_lsn.set(lsn.0);
             }
@@ -151,9 +157,13 @@ pub(super) async fn monitor(
                     tracing::info!(slot = %cfg.slot, retained_wal_bytes = r, "retained WAL is back under source.max_retained_wal");
                 }
             }
+            metrics.observe(&s);
         }
         if wal_status.as_deref() == Some("lost") && !warned_lost {
             warned_lost = true;
+            // Said here at once: the stream may not notice for a while (a pipeline
+            // waiting for disk does not read it), and the alarm below waits for it.
+            tracing::error!(slot = %cfg.slot, "the replication slot was invalidated (wal_status = lost): the server removed WAL it still needed (max_slot_wal_keep_size); changes since the slot's last confirmed position are gone from the server");
             let _ = alarm
                 .send(definite(
                     format!("replication slot {:?}", cfg.slot),

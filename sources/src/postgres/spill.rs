@@ -18,6 +18,9 @@
 //!   aborted subxids are remembered and their data messages skipped at replay. Relation and
 //!   Type messages are never skipped — the server sends a relation's schema once per
 //!   streamed transaction, whichever subtransaction triggered it.
+//! - Every byte written to a spill file is counted in the shared disk budget
+//!   ([`DiskBudget`], with the log's segments) until its file is removed; the caller asks
+//!   [`DiskBudget::has_room`] before it spills more.
 //! - Files never outlive the process's view of the stream: the directory is emptied when
 //!   the store opens (after a crash or reconnect the server sends every open transaction
 //!   again from its start), a whole-transaction abort or a skipped commit deletes the file,
@@ -30,6 +33,8 @@ use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
 use cdc_schemas::Lsn;
+
+use crate::DiskBudget;
 
 /// Write buffer per open streamed transaction.
 const WRITE_BUFFER: usize = 64 * 1024;
@@ -77,11 +82,12 @@ struct SpillFile {
 pub struct SpillStore {
     dir: PathBuf,
     open: HashMap<u32, SpillFile>,
+    budget: DiskBudget,
 }
 
 impl SpillStore {
     /// Opens `dir` (created if missing), removing spill files left by an earlier run.
-    pub fn open(dir: &Path) -> Result<SpillStore, SpillError> {
+    pub fn open(dir: &Path, budget: DiskBudget) -> Result<SpillStore, SpillError> {
         fs::create_dir_all(dir).map_err(|e| SpillError::new(dir, "creating the directory", e))?;
         let rd = fs::read_dir(dir).map_err(|e| SpillError::new(dir, "listing", e))?;
         for ent in rd {
@@ -94,6 +100,7 @@ impl SpillStore {
         Ok(SpillStore {
             dir: dir.to_path_buf(),
             open: HashMap::new(),
+            budget,
         })
     }
 
@@ -135,6 +142,7 @@ impl SpillStore {
             .map_err(|e| SpillError::new(&f.path, "writing", e))?;
         f.messages += 1;
         f.bytes += 12 + msg.len() as u64;
+        self.budget.add(12 + msg.len() as u64);
         Ok(())
     }
 
@@ -144,6 +152,7 @@ impl SpillStore {
             if let Some(f) = self.open.remove(&xid) {
                 drop(f.writer);
                 let _ = fs::remove_file(&f.path);
+                self.budget.release(f.bytes);
             }
         } else if let Some(f) = self.open.get_mut(&xid) {
             f.aborted_subxids.insert(subxid);
@@ -168,6 +177,7 @@ impl SpillStore {
         let file = File::open(&path).map_err(|e| SpillError::new(&path, "reopening", e))?;
         Ok(Some(SpillReader {
             reader: BufReader::with_capacity(WRITE_BUFFER, file),
+            budget: self.budget.clone(),
             path,
             aborted_subxids,
             messages,
@@ -187,6 +197,7 @@ impl Drop for SpillStore {
         for (_, f) in self.open.drain() {
             drop(f.writer);
             let _ = fs::remove_file(&f.path);
+            self.budget.release(f.bytes);
         }
     }
 }
@@ -194,6 +205,8 @@ impl Drop for SpillStore {
 /// Reads one spilled transaction back, in order; deletes the file when dropped.
 pub struct SpillReader {
     reader: BufReader<File>,
+    /// The file's bytes leave the budget when it is removed.
+    budget: DiskBudget,
     path: PathBuf,
     aborted_subxids: HashSet<u32>,
     messages: u64,
@@ -251,6 +264,7 @@ impl SpillReader {
 impl Drop for SpillReader {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.path);
+        self.budget.release(self.bytes);
     }
 }
 
@@ -275,12 +289,18 @@ mod tests {
     fn round_trip_in_order_and_files_removed() {
         let d = tmp();
         fs::write(d.join("77.spill"), b"stale").unwrap();
-        let mut s = SpillStore::open(&d).unwrap();
+        let budget = DiskBudget::unlimited();
+        let mut s = SpillStore::open(&d, budget.clone()).unwrap();
         assert!(!d.join("77.spill").exists(), "stale files are removed");
         for i in 0..10_000u64 {
             let xid = if i % 2 == 0 { 10 } else { 11 };
             s.append(xid, Lsn(i), format!("m{i}").as_bytes()).unwrap();
         }
+        assert_eq!(
+            budget.own_bytes(),
+            10_000 * 12 + 48_890,
+            "every spilled byte counts"
+        );
         s.abort(11, 11);
         assert!(!d.join("11.spill").exists());
         s.abort(10, 12);
@@ -300,6 +320,7 @@ mod tests {
         assert_eq!(&held[0][..], b"m0");
         drop(r);
         assert!(!d.join("10.spill").exists());
+        assert_eq!(budget.own_bytes(), 0, "removed files leave the budget");
         assert!(s.take(10).unwrap().is_none());
         s.append(5, Lsn(1), b"x").unwrap();
         drop(s);
@@ -307,13 +328,14 @@ mod tests {
             !d.join("5.spill").exists(),
             "dropping the store removes open files"
         );
+        assert_eq!(budget.own_bytes(), 0);
         fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn damaged_length_is_an_error_not_a_panic() {
         let d = tmp();
-        let mut s = SpillStore::open(&d).unwrap();
+        let mut s = SpillStore::open(&d, DiskBudget::unlimited()).unwrap();
         s.append(1, Lsn(1), b"abc").unwrap();
         s.open.get_mut(&1).unwrap().writer.flush().unwrap();
         fs::write(

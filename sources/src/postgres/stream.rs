@@ -128,7 +128,7 @@ pub(super) async fn stream(
         alarm_tx,
     ));
 
-    let mut spill = match SpillStore::open(&cfg.spill_dir) {
+    let mut spill = match SpillStore::open(&cfg.spill_dir, ctx.disk_budget.clone()) {
         Ok(s) => Some(s),
         Err(e) => {
             monitor.abort();
@@ -180,6 +180,32 @@ pub(super) async fn stream(
         // as received; it is decoded (Relation and Type included) at Stream Commit.
         if let Some(xid) = stream_xid {
             if !matches!(msg, PgOutputMessage::StreamStop) {
+                // The spill shares the log's disk budget: while it is full the source
+                // stops reading (the slot retains the WAL instead), as the log's appends
+                // wait too.
+                if !ctx.disk_budget.has_room() {
+                    let waiting = ctx.metrics.gauge(
+                        "cdc_pg_spill_waiting_for_disk",
+                        "1 while spilling a streamed transaction waits for the disk budget (log.disk_budget_bytes)",
+                    );
+                    waiting.set(1);
+                    let used = ctx.disk_budget.used_bytes();
+                    tracing::warn!(
+                        budget = ?ctx.disk_budget.limit(),
+                        used,
+                        spilled = ctx.disk_budget.own_bytes(),
+                        "waiting for disk: the disk budget (log.disk_budget_bytes) is full; spilling of a streamed transaction waits until retention or consumers free space (a transaction larger than the budget never fits: raise the budget)"
+                    );
+                    let room = ctx
+                        .disk_budget
+                        .wait_for_room(&mut shutdown, Duration::from_millis(500))
+                        .await;
+                    waiting.set(0);
+                    if !room {
+                        break Ok(());
+                    }
+                    tracing::info!("disk budget has room again: spilling resumes");
+                }
                 let store = spill.as_mut().expect("spill store open while streaming");
                 if let Err(e) = store.append(xid, x.wal_start, &x.data) {
                     break Err(spill_err(e));

@@ -2,6 +2,9 @@
 //! against (`Metrics::total_bytes`: segments, recycle-pool files and the stale length of a
 //! recycled active segment) and the back-pressure it puts on appends when it is full.
 //!
+//! Bytes held outside the log by other writers on the same budget (the source's spill
+//! files: `LogOptions::budget_shared_bytes`) count as used; the log cannot free them.
+//!
 //! Invariants: a full budget first asks retention for room (`retention::free_for_budget`:
 //! pool files, then segments every registered group has read); it never deletes unread
 //! records to admit an append, which instead waits up to `budget_wait` and then fails
@@ -41,10 +44,27 @@ impl Log {
         }
     }
 
+    /// Bytes of the log's own files (the disk-usage gauge, `Metrics::total_bytes`).
+    pub fn disk_bytes(&self) -> u64 {
+        self.inner.metrics.total_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes counted against the disk budget: the log's own (`Metrics::total_bytes`)
+    /// plus what `LogOptions::budget_shared_bytes` reports.
+    pub fn budget_used_bytes(&self) -> u64 {
+        let shared = self
+            .inner
+            .options
+            .budget_shared_bytes
+            .as_ref()
+            .map_or(0, |s| s.load(Ordering::Relaxed));
+        self.disk_bytes().saturating_add(shared)
+    }
+
     pub(crate) fn budget_has_room(&self) -> bool {
         match self.inner.options.disk_budget_bytes {
             None => true,
-            Some(b) => self.inner.metrics.total_bytes.load(Ordering::Relaxed) < b,
+            Some(b) => self.budget_used_bytes() < b,
         }
     }
 
@@ -70,7 +90,7 @@ impl Log {
             Metrics::add(&self.inner.metrics.budget_exhausted_total, 1);
             tracing::warn!(
                 budget,
-                used = self.inner.metrics.total_bytes.load(Ordering::Relaxed),
+                used = self.budget_used_bytes(),
                 "disk budget exhausted: appends wait until consumer groups advance or retention frees space"
             );
         }
@@ -84,7 +104,7 @@ impl Log {
             return Ok(());
         }
         Err(LogError::BudgetExhausted {
-            used: self.inner.metrics.total_bytes.load(Ordering::Relaxed),
+            used: self.budget_used_bytes(),
             budget,
         })
     }
