@@ -29,7 +29,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use cdc_log::Log;
+use cdc_log::{Log, Metrics as LogMetrics, MetricsSnapshot};
 use cdc_registry::http::{not_found, routes, ApiError};
 use cdc_registry::EmbeddedRegistry;
 pub use cdc_schemas::metrics::{Counter, Gauge, Metrics};
@@ -95,8 +95,7 @@ fn metric(out: &mut String, name: &str, kind: &str, help: &str, v: u64) {
 }
 
 /// The log's metrics snapshot in Prometheus text format.
-pub fn render_log_metrics(log: &Log, out: &mut String) {
-    let s = log.metrics();
+pub fn render_log_metrics(s: &MetricsSnapshot, out: &mut String) {
     let c = "counter";
     let g = "gauge";
     metric(
@@ -313,7 +312,8 @@ pub struct AdminOptions {
     /// The remote registry `cdc run` uses instead (URL without credentials): named in the
     /// 404 answered on registry paths.
     pub remote_registry: Option<String>,
-    pub log: Option<Log>,
+    /// The embedded log's counters and gauges (shared across the log's reopens).
+    pub log_metrics: Option<Arc<LogMetrics>>,
     pub basic_auth: Option<BasicAuth>,
     pub readiness: Readiness,
     pub metrics: Metrics,
@@ -327,7 +327,7 @@ impl AdminOptions {
             listen,
             registry: None,
             remote_registry: None,
-            log: None,
+            log_metrics: None,
             basic_auth: None,
             readiness: Readiness::new(true),
             metrics: Metrics::default(),
@@ -345,8 +345,14 @@ impl AdminOptions {
         self
     }
     /// Export this log's metrics.
-    pub fn log(mut self, log: Log) -> Self {
-        self.log = Some(log);
+    pub fn log(mut self, log: &Log) -> Self {
+        self.log_metrics = Some(log.shared_metrics());
+        self
+    }
+    /// Export these log counters: the ones a process passes to every open of its log
+    /// (`LogOptions::metrics`), so they outlive a reopen.
+    pub fn log_metrics(mut self, m: Arc<LogMetrics>) -> Self {
+        self.log_metrics = Some(m);
         self
     }
     /// Start not ready; the caller sets `readiness` when it is.
@@ -375,7 +381,7 @@ pub fn router(options: &AdminOptions) -> Router {
     let readiness = options.readiness.clone();
     let metrics = options.metrics.clone();
     let status = options.status.clone();
-    let log = options.log.clone();
+    let log_metrics = options.log_metrics.clone();
     let registry = options.registry.clone();
     let mut app = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -410,8 +416,8 @@ pub fn router(options: &AdminOptions) -> Router {
             "/metrics",
             get(move || {
                 let mut out = String::new();
-                if let Some(log) = &log {
-                    render_log_metrics(log, &mut out);
+                if let Some(m) = &log_metrics {
+                    render_log_metrics(&m.snapshot(), &mut out);
                 }
                 if let Some(r) = &registry {
                     metric(
@@ -538,7 +544,7 @@ mod tests {
         std::fs::write(&path, &buf).unwrap();
         let log = Log::open(dir.path(), cdc_log::LogOptions::default()).unwrap();
         let mut out = String::new();
-        render_log_metrics(&log, &mut out);
+        render_log_metrics(&log.metrics(), &mut out);
         assert!(
             out.contains("\ncdc_log_ledger_slot_fallbacks_total 1\n"),
             "{out}"

@@ -117,7 +117,7 @@ async fn serve(
     };
     let options = AdminOptions::new(listen)
         .registry(registry)
-        .log(log.clone())
+        .log(&log)
         .basic_auth(auth);
     let server = match admin::serve(options, shutdown_signal()).await {
         Ok(s) => s,

@@ -109,7 +109,7 @@ pub use crate::log::{
     FlushInfo, FlushPolicy, GroupLag, Log, LogOptions, MaintenanceReport, PartitionDescription,
     Topic, TopicDescription,
 };
-pub use crate::metrics::MetricsSnapshot;
+pub use crate::metrics::{Metrics, MetricsSnapshot};
 pub use crate::partition::AppendInfo;
 pub use crate::partitioner::{murmur2, partition_for_key};
 pub use crate::reader::{Reader, RecordView, ResetPolicy, StartAt};

@@ -119,6 +119,11 @@ pub struct LogOptions {
     /// segments as fit, and the next run goes on from there (`compaction.rs`). Default
     /// 64 MiB (about two million keys per run).
     pub cleaner_dedupe_bytes: usize,
+    /// The counters and gauges this log updates. `None`: its own, from zero. A process
+    /// that closes and reopens its log (the connector does on every transient failure)
+    /// passes one here, so that counters add up across opens and what an open reported
+    /// (a recovery cut, a ledger slot fallback) is still exported after the next one.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Default for LogOptions {
@@ -134,6 +139,7 @@ impl Default for LogOptions {
             recycle_segments: crate::recycle::DEFAULT_RECYCLE_SEGMENTS,
             write_behind: true,
             cleaner_dedupe_bytes: 64 << 20,
+            metrics: None,
         }
     }
 }
@@ -173,7 +179,7 @@ pub(crate) struct LogInner {
     flush_lock: Mutex<FlushClock>,
     bytes_since_flush: AtomicU64,
     pub groups: Mutex<GroupStore>,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
     pub budget: Arc<BudgetSignal>,
     poisoned: Mutex<Option<String>>,
     /// [`Log::close`] ran: no more writes through any handle.
@@ -494,6 +500,12 @@ impl Log {
 
     pub(crate) fn options(&self) -> &LogOptions {
         &self.inner.options
+    }
+
+    /// The live counters themselves (to export them after this handle is gone, or to pass
+    /// to the next open as [`LogOptions::metrics`]).
+    pub fn shared_metrics(&self) -> Arc<Metrics> {
+        self.inner.metrics.clone()
     }
 
     pub(crate) fn metrics_ref(&self) -> &Metrics {

@@ -120,7 +120,12 @@ pub async fn run(config: Config) -> ExitCode {
         }
     };
     let shutdown = shutdown_signal();
-    let admin_opts = opened.admin_options(config.admin.listen);
+    // One set of log counters for every open of the log in this process: what an open
+    // reported (a recovery cut, a ledger slot fallback) stays on /metrics after a reopen.
+    let log_metrics = Arc::new(cdc_log::Metrics::default());
+    let admin_opts = opened
+        .admin_options(config.admin.listen)
+        .log_metrics(log_metrics.clone());
     let metrics = admin_opts.metrics.clone();
     let status = admin_opts.status.clone();
     // The admin server stops on shutdown, or when the connector is done by itself
@@ -158,6 +163,7 @@ pub async fn run(config: Config) -> ExitCode {
         }
     };
     let mut log_options = config.log.log_options();
+    log_options.metrics = Some(log_metrics.clone());
     log_options.flush_policy = FlushPolicy::Manual;
 
     let hidden = super::hidden::HiddenValues::new(&metrics);

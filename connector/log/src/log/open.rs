@@ -296,7 +296,7 @@ impl Log {
                 }
             }
         }
-        let metrics = Metrics::default();
+        let metrics = options.metrics.clone().unwrap_or_default();
         if let Some(f) = &slot_fallback {
             report_fallback(&dir, f, &ledger);
             Metrics::add(&metrics.ledger_slot_fallbacks, 1);
