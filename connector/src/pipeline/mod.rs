@@ -36,18 +36,20 @@
 //!
 //! The pipeline task registers schemas and appends; encoding runs beside it ([`encode`]):
 //! each batch is cut into jobs of about 1 MiB of decoded events, encoded on the blocking
-//! pool (up to one job per core in flight), and appended strictly in the order the batches
-//! arrived. Flushes, the `partial` rule above and group commit are applied as jobs are
+//! pool (up to one job per core in flight) and sealed there into the log's record batches
+//! (compressed with the topic's codec, one per partition), and appended strictly in the
+//! order the batches arrived: the append only copies a batch and writes its base offset. Flushes, the `partial` rule above and group commit are applied as jobs are
 //! appended, so they see exactly the records appended so far.
 //!
 //! # Memory
 //!
 //! Bounded by configuration, not by the workload: the queue from the source holds at most
 //! `source.max_queued_bytes` of decoded events ([`queue`]), and a batch keeps its share of
-//! that budget until its last job has encoded it; the jobs in flight hold their encoded
-//! records (about 1 MiB of events each, in reused [`cdc_schemas::encode::RecordBuf`]s: no
+//! that budget until its last job has encoded it; the jobs in flight hold their sealed
+//! batches (about 1 MiB of events each, encoded into reused
+//! [`cdc_schemas::encode::RecordBuf`]s and sealed into reused [`cdc_log::SealedBatch`]es: no
 //! allocation per record) until they are appended in pieces of about
-//! `APPEND_CHUNK_BYTES` (1 MiB).
+//! `APPEND_CHUNK_BYTES` (1 MiB before compression).
 
 mod encode;
 pub mod progress;
@@ -63,9 +65,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdc_log::{HeaderRef, Log, NewRecord, Topic, TopicConfig};
+use cdc_log::{Log, Topic, TopicConfig};
 use cdc_schemas::compat::CompatibilityLevel;
-use cdc_schemas::encode::{EncodeError, Encoder, EncoderConfig, RecordBuf, SchemaIds, TopicRouter};
+use cdc_schemas::encode::{Encoder, EncoderConfig, SchemaIds, TopicRouter};
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
 use cdc_schemas::{ChangeEvent, Checkpoint, Op, TableId, TableSchema};
 use cdc_sources::keys::{MessageKeyColumns, Rekeyer, UnknownKeyColumn};
@@ -147,8 +149,8 @@ pub struct PipelineStats {
 
 /// Where a job is.
 enum Work {
-    Running(tokio::task::JoinHandle<Result<Vec<Piece>, EncodeError>>),
-    Done(Result<Vec<Piece>, EncodeError>),
+    Running(tokio::task::JoinHandle<Result<Vec<Piece>, PipelineError>>),
+    Done(Result<Vec<Piece>, PipelineError>),
 }
 
 /// A job handed to the encoding stage, and what the pipeline does when it is appended.
@@ -159,8 +161,6 @@ struct InFlight {
     flush_before: bool,
     /// On the last job of a batch.
     end: Option<BatchEnd>,
-    /// Record timestamp (ms).
-    ts: i64,
 }
 
 struct BatchEnd {
@@ -326,7 +326,6 @@ impl Pipeline {
         }
         let n = queued.batch.events.len();
         let now_ns = now_ns();
-        let ts = now_ns / 1_000_000;
         // A batch may hold two versions of a table's schema (a Relation in the middle of a
         // transaction): it is taken in segments within which each table has one version.
         // Every segment's schemas are registered before any record of the batch is
@@ -394,7 +393,6 @@ impl Pipeline {
                 work: Work::Done(Ok(Vec::new())),
                 flush_before: false,
                 end: Some(end),
-                ts,
             });
             return Ok(());
         }
@@ -412,7 +410,6 @@ impl Pipeline {
                 work,
                 flush_before: i == 0 && chunk_of_tx,
                 end: if i + 1 == count { end.take() } else { None },
-                ts,
             });
         }
         Ok(())
@@ -443,15 +440,15 @@ impl Pipeline {
         let mut result = Ok(());
         for p in pieces {
             if result.is_ok() {
-                match append_encoded(&p.topic, &p.buf, job.ts) {
-                    Ok((records, bytes)) => {
-                        self.stats.records += records;
-                        self.bytes_since_flush += bytes;
+                match append_piece(&p) {
+                    Ok(()) => {
+                        self.stats.records += p.records;
+                        self.bytes_since_flush += p.bytes;
                     }
                     Err(e) => result = Err(e),
                 }
             }
-            self.pool.give(p.buf);
+            self.pool.give_batches(p.batches);
         }
         result?;
         let Some(end) = job.end else {
@@ -492,47 +489,16 @@ impl Pipeline {
     }
 }
 
-/// Appends the records in `buf` to `topic` (key-partitioned); returns (records, bytes).
-fn append_encoded(topic: &Topic, buf: &RecordBuf, ts: i64) -> Result<(u64, u64), PipelineError> {
-    if buf.is_empty() {
-        return Ok((0, 0));
-    }
-    // Headers are rare (key changes): one slot per record that has one.
-    let headers: Vec<HeaderRef<'_>> = (0..buf.len())
-        .filter_map(|i| buf.header(i))
-        .map(|(key, value)| HeaderRef {
-            key,
-            value: Some(value),
-        })
-        .collect();
-    let mut next_header = 0;
-    let records: Vec<NewRecord<'_>> = (0..buf.len())
-        .map(|i| {
-            let h: &[HeaderRef<'_>] = if buf.spans[i].header.is_some() {
-                next_header += 1;
-                &headers[next_header - 1..next_header]
-            } else {
-                &[]
-            };
-            NewRecord {
-                key: buf.key(i),
-                value: buf.value(i),
-                headers: h,
-                timestamp: ts,
-            }
-        })
-        .collect();
-    // Appends write without fsync: cheap enough inline, outside the async scheduling.
+/// Appends a piece's sealed batches, each to its partition.
+fn append_piece(piece: &Piece) -> Result<(), PipelineError> {
+    // Appends write without fsync and copy each batch once: cheap enough inline, outside
+    // the async scheduling.
     tokio::task::block_in_place(|| {
-        if topic.partitions() == 1 {
-            // Where Kafka's partitioner would send every record anyway: no hashing of
-            // each key (the first touch of bytes another core encoded) and no regrouping.
-            topic.append(0, &records).map(drop)
-        } else {
-            topic.append_keyed(&records).map(drop)
+        for (partition, batch) in &piece.batches {
+            piece.topic.append_sealed(*partition, batch)?;
         }
-    })?;
-    Ok((records.len() as u64, buf.bytes.len() as u64))
+        Ok(())
+    })
 }
 
 fn now_ns() -> i64 {
