@@ -438,34 +438,44 @@ fn compress_into(c: Compression, input: &[u8], out: &mut Vec<u8>) -> Result<(), 
     }
 }
 
-/// The LZ4 frame header (lz4's frame format, version 1) every lz4 batch starts with:
-/// magic `184D2204` (little-endian), FLG `0x60` (independent blocks, no block or content
-/// checksum, no content size, no dictionary), BD `0x70` (blocks of at most 4 MiB), and the
-/// header checksum `(xxh32(FLG, BD) >> 8) & 0xff`. Kafka's lz4 codec reads any valid frame.
+/// The LZ4 frame headers (lz4's frame format, version 1) an lz4 batch starts with, by the
+/// largest block the frame declares (64 KiB, 256 KiB, 4 MiB): magic `184D2204`
+/// (little-endian), FLG `0x60` (independent blocks, no block or content checksum, no
+/// content size, no dictionary), BD (the block size code in bits 4-6), and the header
+/// checksum `(xxh32(FLG, BD) >> 8) & 0xff`. A reader allocates a buffer of the declared
+/// block size per frame (lz4_flex's decoder and Kafka's do), so a small batch declares a
+/// small block: the choice lz4_flex's encoder makes (`BlockSize::Auto`), kept so that
+/// batches read as cheaply as those it wrote. Kafka's lz4 codec reads any of them.
 #[cfg(feature = "lz4")]
-const LZ4_FRAME_HEADER: [u8; 7] = [0x04, 0x22, 0x4d, 0x18, 0x60, 0x70, 0x73];
-/// Largest block of such a frame.
-#[cfg(feature = "lz4")]
-const LZ4_BLOCK: usize = 4 << 20;
+const LZ4_FRAMES: [(usize, [u8; 7]); 3] = [
+    (64 << 10, [0x04, 0x22, 0x4d, 0x18, 0x60, 0x40, 0x82]),
+    (256 << 10, [0x04, 0x22, 0x4d, 0x18, 0x60, 0x50, 0xfb]),
+    (4 << 20, [0x04, 0x22, 0x4d, 0x18, 0x60, 0x70, 0x73]),
+];
 
 #[cfg(feature = "lz4")]
 thread_local! {
     /// Where a block is compressed to before its bytes go to the batch: it only grows, so
     /// its bytes are zeroed once per thread, not once per batch (the block API wants an
-    /// initialised slice). At most the bound of one [`LZ4_BLOCK`], about 4 MiB.
+    /// initialised slice). At most the bound of one 4 MiB block.
     static LZ4_OUT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Writes `input` as one LZ4 frame at the end of `out`: the header, blocks of at most
-/// [`LZ4_BLOCK`] (each a little-endian length, its top bit set for a block stored
+/// Writes `input` as one LZ4 frame at the end of `out`: the header, blocks of at most the
+/// frame's block size (each a little-endian length, its top bit set for a block stored
 /// uncompressed because compression would not shrink it, then the bytes), and the end
 /// mark (a zero length). Compressed straight from `input`: no buffer of a frame encoder to
 /// copy the input through or to allocate per batch.
 #[cfg(feature = "lz4")]
 fn lz4_frame(input: &[u8], out: &mut Vec<u8>) -> Result<(), LogError> {
+    // The smallest block size that holds the input, else the largest.
+    let (block_size, header) = LZ4_FRAMES
+        .iter()
+        .find(|(size, _)| input.len() <= *size)
+        .unwrap_or(&LZ4_FRAMES[LZ4_FRAMES.len() - 1]);
     LZ4_OUT.with_borrow_mut(|dst| {
-        out.extend_from_slice(&LZ4_FRAME_HEADER);
-        for block in input.chunks(LZ4_BLOCK) {
+        out.extend_from_slice(header);
+        for block in input.chunks(*block_size) {
             let bound = lz4_flex::block::get_maximum_output_size(block.len());
             if dst.len() < bound {
                 dst.resize(bound, 0);
@@ -904,13 +914,25 @@ mod tests {
     #[test]
     fn lz4_frame_is_standard() {
         use std::io::{Read, Write};
-        let info = lz4_flex::frame::FrameInfo::new()
-            .block_size(lz4_flex::frame::BlockSize::Max4MB)
-            .block_mode(lz4_flex::frame::BlockMode::Independent);
-        let mut theirs = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
-        theirs.write_all(b"abc").unwrap();
-        let theirs = theirs.finish().unwrap();
-        assert_eq!(theirs[..7], LZ4_FRAME_HEADER);
+        // The header lz4_flex's encoder writes for the same input (its automatic block
+        // size, independent blocks, no checksums): ours, for every block size.
+        for len in [
+            0,
+            100,
+            64 << 10,
+            (64 << 10) + 1,
+            256 << 10,
+            (256 << 10) + 1,
+            5 << 20,
+        ] {
+            let input = vec![b'x'; len];
+            let mut theirs = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            theirs.write_all(&input).unwrap();
+            let theirs = theirs.finish().unwrap();
+            let mut ours = Vec::new();
+            lz4_frame(&input, &mut ours).unwrap();
+            assert_eq!(theirs[..7], ours[..7], "{len}");
+        }
         let mut noise = vec![0u8; 9 << 20];
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for b in noise.iter_mut() {
