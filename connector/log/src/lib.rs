@@ -46,7 +46,8 @@
 //! - `partition`: a partition's segments, single writer, high watermark, append path;
 //!   its children `recovery` (open against the ledger) and `refresh` (read-only
 //!   catch-up).
-//! - [`batch`]: Kafka record batch v2 encoder/decoder (segment `.log` format).
+//! - [`batch`]: Kafka record batch v2 encoder/decoder (segment `.log` format); `codec`:
+//!   its records section's lz4 (frame format) and zstd compression.
 //! - [`sealed`]: [`SealedBatch`], a batch a producer encodes and compresses on its own
 //!   thread; [`Topic::append_sealed`] only writes its base offset (the CRC does not cover
 //!   it).
@@ -78,6 +79,7 @@
 //!   first.
 
 pub mod batch;
+mod codec;
 mod compaction;
 pub mod error;
 mod fsutil;
