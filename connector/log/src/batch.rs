@@ -50,6 +50,7 @@
 
 use bytes::Bytes;
 
+use crate::codec::{compress_into, decompress};
 use crate::error::{DecodeError, LogError};
 use crate::record::{Header, HeaderRef, NewRecord, Record};
 use crate::varint::{get_varint, get_varlong, put_varint, put_varlong, varint_len, varlong_len};
@@ -409,74 +410,6 @@ pub fn encode_batch(
         max_timestamp: max_ts,
         offset_of_max_timestamp: off_of_max,
     })
-}
-
-#[allow(unused_variables)]
-fn compress_into(c: Compression, input: &[u8], out: &mut Vec<u8>) -> Result<(), LogError> {
-    match c {
-        Compression::None => {
-            out.extend_from_slice(input);
-            Ok(())
-        }
-        Compression::Lz4 => {
-            #[cfg(feature = "lz4")]
-            {
-                use std::io::Write;
-                let mut enc = lz4_flex::frame::FrameEncoder::new(&mut *out);
-                enc.write_all(input)
-                    .map_err(|e| LogError::InvalidArgument(format!("lz4: {e}")))?;
-                enc.finish()
-                    .map_err(|e| LogError::InvalidArgument(format!("lz4: {e}")))?;
-                Ok(())
-            }
-            #[cfg(not(feature = "lz4"))]
-            Err(LogError::UnsupportedCodec("lz4"))
-        }
-        Compression::Zstd => {
-            #[cfg(feature = "zstd")]
-            {
-                zstd::stream::copy_encode(input, &mut *out, 1)
-                    .map_err(|e| LogError::InvalidArgument(format!("zstd: {e}")))
-            }
-            #[cfg(not(feature = "zstd"))]
-            Err(LogError::UnsupportedCodec("zstd"))
-        }
-    }
-}
-
-#[allow(unused_variables)]
-fn decompress(c: Compression, input: &[u8]) -> Result<Vec<u8>, DecodeError> {
-    use std::io::Read;
-    let limit = MAX_DECOMPRESSED_BYTES as u64 + 1;
-    let mut out = Vec::new();
-    match c {
-        Compression::None => out.extend_from_slice(input),
-        Compression::Lz4 => {
-            #[cfg(feature = "lz4")]
-            lz4_flex::frame::FrameDecoder::new(input)
-                .take(limit)
-                .read_to_end(&mut out)
-                .map_err(|e| DecodeError::Decompress(format!("lz4: {e}")))?;
-            #[cfg(not(feature = "lz4"))]
-            return Err(DecodeError::UnsupportedCodec(3));
-        }
-        Compression::Zstd => {
-            #[cfg(feature = "zstd")]
-            zstd::stream::read::Decoder::new(input)
-                .map_err(|e| DecodeError::Decompress(format!("zstd: {e}")))?
-                .take(limit)
-                .read_to_end(&mut out)
-                .map_err(|e| DecodeError::Decompress(format!("zstd: {e}")))?;
-            #[cfg(not(feature = "zstd"))]
-            return Err(DecodeError::UnsupportedCodec(4));
-        }
-    }
-    if out.len() > MAX_DECOMPRESSED_BYTES {
-        return Err(DecodeError::Decompress(
-            "decompressed batch exceeds the limit".into(),
-        ));
-    }
-    Ok(out)
 }
 
 /// A record as stored, borrowed from the (decompressed) records section of a batch.

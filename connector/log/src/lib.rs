@@ -46,7 +46,11 @@
 //! - `partition`: a partition's segments, single writer, high watermark, append path;
 //!   its children `recovery` (open against the ledger) and `refresh` (read-only
 //!   catch-up).
-//! - [`batch`]: Kafka record batch v2 encoder/decoder (segment `.log` format).
+//! - [`batch`]: Kafka record batch v2 encoder/decoder (segment `.log` format); `codec`:
+//!   its records section's lz4 (frame format) and zstd compression.
+//! - [`sealed`]: [`SealedBatch`], a batch a producer encodes and compresses on its own
+//!   thread; [`Topic::append_sealed`] only writes its base offset (the CRC does not cover
+//!   it).
 //! - `index`: offset and time index (`.index`, `.timeindex` formats).
 //! - `segment`: segment files and naming, the batch scanner.
 //! - `stage`: the active segment's write staging (large, mostly `O_DIRECT`, writes).
@@ -81,6 +85,7 @@
 //!   first.
 
 pub mod batch;
+mod codec;
 mod compaction;
 pub mod error;
 mod failpoint;
@@ -97,6 +102,7 @@ pub mod reader;
 pub mod record;
 mod recycle;
 mod retention;
+pub mod sealed;
 mod segment;
 mod stage;
 pub mod topic_config;
@@ -114,6 +120,7 @@ pub use crate::partition::AppendInfo;
 pub use crate::partitioner::{murmur2, partition_for_key};
 pub use crate::reader::{Reader, RecordView, ResetPolicy, StartAt};
 pub use crate::record::{now_ms, Header, HeaderRef, NewRecord, Record};
+pub use crate::sealed::SealedBatch;
 pub use crate::topic_config::{CleanupPolicy, TopicConfig};
 
 /// Decoder entry point for fuzzing and tests: walks `data` as a segment (batches back to

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::batch::{encode_batch, Compression};
+use crate::batch::{encode_batch, Compression, EncodedBatch};
 use crate::error::{LogError, Result};
 use crate::index::SegmentIndex;
 use crate::ledger::PartitionMark;
@@ -43,6 +43,7 @@ use crate::log::LogOptions;
 use crate::notify::{HasNotifier, Notifier};
 use crate::record::NewRecord;
 use crate::recycle::{self, Pool};
+use crate::sealed::SealedBatch;
 use crate::segment::SegmentFile;
 use crate::stage::{Stage, WriteOut, WRITE_CHUNK};
 
@@ -399,6 +400,40 @@ impl Partition {
         segment_bytes: u64,
         segment_ms: Option<i64>,
     ) -> Result<AppendInfo> {
+        self.append_with(segment_bytes, segment_ms, |st, base| {
+            encode_batch(
+                st.stage.buf_mut(),
+                base,
+                records,
+                None,
+                None,
+                compression,
+                &mut st.scratch,
+            )
+        })
+    }
+
+    /// Appends a batch built elsewhere (`sealed.rs`): its bytes are copied into the stage
+    /// with this partition's next offset as their base offset; nothing is re-encoded.
+    pub fn append_sealed(
+        &self,
+        batch: &SealedBatch,
+        segment_bytes: u64,
+        segment_ms: Option<i64>,
+    ) -> Result<AppendInfo> {
+        self.append_with(segment_bytes, segment_ms, |st, base| {
+            Ok(batch.place(st.stage.buf_mut(), base))
+        })
+    }
+
+    /// The append: `encode` puts one batch with base offset `leo` at the end of the
+    /// stage's buffer; then the roll, the index and `leo` follow.
+    fn append_with(
+        &self,
+        segment_bytes: u64,
+        segment_ms: Option<i64>,
+        encode: impl FnOnce(&mut PartitionState, u64) -> Result<EncodedBatch>,
+    ) -> Result<AppendInfo> {
         let mut guard = self.lock();
         let st = &mut *guard;
         self.check_not_closed()?;
@@ -415,15 +450,7 @@ impl Partition {
         let active_size = st.segments.last().map_or(0, |s| s.size);
         let active_base = st.segments.last().map_or(0, |s| s.base());
         debug_assert_eq!(st.stage.end(), active_size);
-        let enc = encode_batch(
-            st.stage.buf_mut(),
-            base,
-            records,
-            None,
-            None,
-            compression,
-            &mut st.scratch,
-        );
+        let enc = encode(st, base);
         st.stage.realign();
         let enc = match enc {
             Ok(enc) => enc,

@@ -7,13 +7,20 @@
 //! pool and returns [`Piece`]s (records of one topic, about `APPEND_CHUNK_BYTES` each); the
 //! pipeline awaits jobs strictly in the order it created them and appends their pieces.
 //!
+//! A job also seals its pieces into log batches ([`cdc_log::SealedBatch`]: the Kafka
+//! record batch, compressed with the topic's codec, one per partition the records go to by
+//! Kafka's partitioner), so that compression (the largest cost after encoding, and the
+//! whole cost of an append before) runs on the workers too; the pipeline's append only
+//! copies a batch into the log and writes its base offset.
+//!
 //! Invariants:
 //! - a job encodes with the encoders captured when its segment was prepared ([`Encoders`]
 //!   is copy-on-write), so a schema version registered for a later segment or batch never
 //!   encodes an earlier one's events, and every encoder a job uses is registered before
 //!   any of its records is appended;
 //! - pieces of one job are in event order and split where the topic changes, so order
-//!   within a topic (and so within a partition) is the order of the source;
+//!   within a topic (and so within a partition) is the order of the source; a piece's
+//!   batches keep that order within each partition;
 //! - the batch's events (and with them its share of the queue's memory budget) are freed
 //!   by the last of its jobs, on the worker: freeing rows is not the pipeline's work either.
 
@@ -21,12 +28,13 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use cdc_log::Topic;
-use cdc_schemas::encode::{EncodeError, Encoder, RecordBuf};
+use cdc_log::{HeaderRef, LogError, NewRecord, SealedBatch, Topic};
+use cdc_schemas::encode::{Encoder, RecordBuf};
 use cdc_schemas::{Op, TableId, TableSchema};
 
+use super::hidden::HiddenValues;
 use super::queue::Queued;
-use super::APPEND_CHUNK_BYTES;
+use super::{PipelineError, APPEND_CHUNK_BYTES};
 
 /// Decoded bytes per job: small enough that a few jobs in flight hold little memory, large
 /// enough that handing one to a worker costs nothing next to encoding it.
@@ -54,10 +62,14 @@ pub(super) struct Segment {
     pub encoders: Arc<Encoders>,
 }
 
-/// Records of one topic, in order.
+/// Records of one topic, in order, sealed into one batch per partition that gets any
+/// (in partition order; each batch in the records' order).
 pub(super) struct Piece {
     pub topic: Topic,
-    pub buf: RecordBuf,
+    pub batches: Vec<(u32, SealedBatch)>,
+    pub records: u64,
+    /// Encoded bytes before compression (what group commit counts).
+    pub bytes: u64,
 }
 
 /// Part of one segment of a batch to encode.
@@ -65,41 +77,86 @@ pub(super) struct Job {
     pub batch: Arc<Queued>,
     pub part: Segment,
     pub now_ns: i64,
+    /// Counts the values the format could not carry, as their records are sealed.
+    pub hidden: HiddenValues,
 }
 
-/// Reused encode buffers: pieces go back here once appended, so steady-state encoding
-/// allocates nothing per record (nor per piece).
+/// Reused buffers: encode buffers go back once sealed, batches once appended, so
+/// steady-state encoding allocates nothing per record (nor per piece's bytes).
 #[derive(Clone, Default)]
-pub(super) struct BufPool(Arc<Mutex<Vec<RecordBuf>>>);
+pub(super) struct BufPool(Arc<Mutex<Pools>>);
+
+#[derive(Default)]
+struct Pools {
+    records: Vec<RecordBuf>,
+    batches: Vec<SealedBatch>,
+    /// Uncompressed records sections while a codec compresses them.
+    scratch: Vec<Vec<u8>>,
+}
 
 /// Buffers kept for reuse; more than the pieces of the jobs in flight is waste.
 const POOL_MAX: usize = 32;
 
 impl BufPool {
-    fn take(&self) -> RecordBuf {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop()
-            .unwrap_or_default()
+    fn pools(&self) -> std::sync::MutexGuard<'_, Pools> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn give(&self, mut buf: RecordBuf) {
+    fn take(&self) -> RecordBuf {
+        self.pools().records.pop().unwrap_or_default()
+    }
+
+    fn give(&self, mut buf: RecordBuf) {
         buf.clear();
         if buf.bytes.capacity() > 4 * APPEND_CHUNK_BYTES {
             // One huge record grew it: give the memory back.
             buf.bytes.shrink_to(APPEND_CHUNK_BYTES);
         }
-        let mut pool = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if pool.len() < POOL_MAX {
-            pool.push(buf);
+        let mut pools = self.pools();
+        if pools.records.len() < POOL_MAX {
+            pools.records.push(buf);
+        }
+    }
+
+    fn take_batch(&self) -> SealedBatch {
+        self.pools().batches.pop().unwrap_or_default()
+    }
+
+    /// Takes back the batches of an appended (or abandoned) piece.
+    pub fn give_batches(&self, batches: Vec<(u32, SealedBatch)>) {
+        let mut pools = self.pools();
+        for (_, mut b) in batches {
+            if pools.batches.len() >= POOL_MAX {
+                break;
+            }
+            b.clear();
+            if b.capacity() > 4 * APPEND_CHUNK_BYTES {
+                b.shrink_to(APPEND_CHUNK_BYTES);
+            }
+            pools.batches.push(b);
+        }
+    }
+
+    fn take_scratch(&self) -> Vec<u8> {
+        self.pools().scratch.pop().unwrap_or_default()
+    }
+
+    fn give_scratch(&self, mut s: Vec<u8>) {
+        s.clear();
+        if s.capacity() > 4 * APPEND_CHUNK_BYTES {
+            s.shrink_to(APPEND_CHUNK_BYTES);
+        }
+        let mut pools = self.pools();
+        if pools.scratch.len() < POOL_MAX {
+            pools.scratch.push(s);
         }
     }
 }
 
 impl Job {
-    /// Encodes the job's events into pieces. On error nothing of the job is returned.
-    pub fn run(self, pool: &BufPool) -> Result<Vec<Piece>, EncodeError> {
+    /// Encodes the job's events into sealed pieces. On error nothing of the job is
+    /// returned.
+    pub fn run(self, pool: &BufPool) -> Result<Vec<Piece>, PipelineError> {
         let mut pieces: Vec<Piece> = Vec::new();
         let r = self.encode(pool, &mut pieces);
         // The last job of a batch frees its events here, on the worker.
@@ -108,17 +165,20 @@ impl Job {
             Ok(()) => Ok(pieces),
             Err(e) => {
                 for p in pieces {
-                    pool.give(p.buf);
+                    pool.give_batches(p.batches);
                 }
                 Err(e)
             }
         }
     }
 
-    fn encode(&self, pool: &BufPool, pieces: &mut Vec<Piece>) -> Result<(), EncodeError> {
+    fn encode(&self, pool: &BufPool, pieces: &mut Vec<Piece>) -> Result<(), PipelineError> {
         let seg = &self.part;
+        let ts = self.now_ns / 1_000_000;
         // The table state of the previous event, by its schema's Arc: no lookup per event.
         let mut cached: Option<(&Arc<TableSchema>, &TableState)> = None;
+        // The piece being encoded: its topic and records.
+        let mut open: Option<(&Topic, RecordBuf)> = None;
         for ev in &self.batch.batch.events[seg.range.clone()] {
             let (enc, topic) = if ev.op == Op::Message {
                 let m = seg.encoders.messages.as_ref().expect("prepared");
@@ -135,23 +195,130 @@ impl Job {
                 };
                 (&st.encoder, &st.topic)
             };
-            let start_new = match pieces.last() {
+            let start_new = match &open {
                 None => true,
-                Some(p) => {
-                    p.topic.name() != topic.name() || p.buf.bytes.len() >= APPEND_CHUNK_BYTES
-                }
+                Some((t, buf)) => t.name() != topic.name() || buf.bytes.len() >= APPEND_CHUNK_BYTES,
             };
             if start_new {
-                pieces.push(Piece {
-                    topic: topic.clone(),
-                    buf: pool.take(),
-                });
+                if let Some((t, buf)) = open.take() {
+                    pieces.push(seal_piece(t, buf, ts, pool, &self.hidden)?);
+                }
+                open = Some((topic, pool.take()));
             }
-            let piece = pieces.last_mut().expect("pushed");
-            enc.records_into(ev, self.now_ns, &mut piece.buf)?;
+            let (_, buf) = open.as_mut().expect("opened");
+            if let Err(e) = enc.records_into(ev, self.now_ns, buf) {
+                if let Some((_, buf)) = open.take() {
+                    pool.give(buf);
+                }
+                return Err(e.into());
+            }
+        }
+        if let Some((t, buf)) = open.take() {
+            pieces.push(seal_piece(t, buf, ts, pool, &self.hidden)?);
         }
         Ok(())
     }
+}
+
+/// Seals the records of `buf` (all for `topic`, timestamp `ts`) into a [`Piece`] and
+/// gives the encode buffer back.
+fn seal_piece(
+    topic: &Topic,
+    buf: RecordBuf,
+    ts: i64,
+    pool: &BufPool,
+    hidden: &HiddenValues,
+) -> Result<Piece, PipelineError> {
+    hidden.report(&buf);
+    let mut scratch = pool.take_scratch();
+    let mut batches = Vec::new();
+    let r = seal_records(topic, &buf, ts, pool, &mut scratch, &mut batches);
+    pool.give_scratch(scratch);
+    let piece = Piece {
+        topic: topic.clone(),
+        batches,
+        records: buf.len() as u64,
+        bytes: buf.bytes.len() as u64,
+    };
+    pool.give(buf);
+    match r {
+        Ok(()) => Ok(piece),
+        Err(e) => {
+            pool.give_batches(piece.batches);
+            Err(e.into())
+        }
+    }
+}
+
+/// The headers of record `i` of `buf`, pushed onto `out` (any number of them).
+fn push_headers<'a>(buf: &'a RecordBuf, i: usize, out: &mut Vec<HeaderRef<'a>>) {
+    out.extend(buf.headers(i).map(|(key, value)| HeaderRef {
+        key,
+        value: Some(value),
+    }));
+}
+
+/// One sealed batch per partition of `topic` that gets records of `buf`, each partition's
+/// records in their order in `buf`.
+fn seal_records(
+    topic: &Topic,
+    buf: &RecordBuf,
+    ts: i64,
+    pool: &BufPool,
+    scratch: &mut Vec<u8>,
+    out: &mut Vec<(u32, SealedBatch)>,
+) -> Result<(), LogError> {
+    let n = buf.len();
+    if n == 0 {
+        return Ok(());
+    }
+    // Every record's headers in one list, each record's range of it (headers are rare:
+    // the list is usually empty).
+    let mut headers: Vec<HeaderRef<'_>> = Vec::new();
+    let mut ranges: Vec<Range<usize>> = Vec::with_capacity(n);
+    for i in 0..n {
+        let start = headers.len();
+        push_headers(buf, i, &mut headers);
+        ranges.push(start..headers.len());
+    }
+    let records: Vec<NewRecord<'_>> = (0..n)
+        .map(|i| NewRecord {
+            key: buf.key(i),
+            value: buf.value(i),
+            headers: &headers[ranges[i].clone()],
+            timestamp: ts,
+        })
+        .collect();
+    let codec = topic.config().compression;
+    if topic.partitions() == 1 {
+        // Where Kafka's partitioner would send every record anyway: no hashing of each
+        // key and no regrouping.
+        let mut b = pool.take_batch();
+        b.seal(&records, codec, scratch)?;
+        out.push((0, b));
+        return Ok(());
+    }
+    let targets: Vec<u32> = records.iter().map(|r| topic.partition_for(r.key)).collect();
+    // Stable: each partition's records stay in their order.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| targets[i]);
+    let mut group: Vec<NewRecord<'_>> = Vec::with_capacity(n);
+    let mut at = 0;
+    while at < n {
+        let p = targets[order[at]];
+        group.clear();
+        while at < n && targets[order[at]] == p {
+            group.push(records[order[at]]);
+            at += 1;
+        }
+        let mut b = pool.take_batch();
+        if let Err(e) = b.seal(&group, codec, scratch) {
+            pool.give_batches(vec![(p, b)]);
+            return Err(e);
+        }
+        out.push((p, b));
+    }
+    Ok(())
 }
 
 /// Cuts `range` (events of one segment) into pieces of about `per_job` events.
@@ -165,7 +332,117 @@ pub(super) fn split(range: Range<usize>, per_job: usize) -> impl Iterator<Item =
 
 #[cfg(test)]
 mod tests {
-    use super::split;
+    use super::*;
+    use cdc_log::{partition_for_key, Compression, Log, LogOptions, StartAt, TopicConfig};
+    use cdc_schemas::encode::{RecordKind, RecordSpan};
+
+    /// A record's key, value and header value.
+    type Parts<'a> = (Option<&'a [u8]>, Option<&'a [u8]>, Option<&'a [u8]>);
+
+    /// Records `(key, value, header)` in one encode buffer, as the encoder lays them out.
+    fn record_buf(recs: &[Parts<'_>]) -> RecordBuf {
+        let mut buf = RecordBuf::new();
+        for (k, v, h) in recs {
+            let mut put = |b: &Option<&[u8]>| {
+                b.map(|b| {
+                    let at = buf.bytes.len();
+                    buf.bytes.extend_from_slice(b);
+                    at..buf.bytes.len()
+                })
+            };
+            let (key, value) = (put(k), put(v));
+            let first = buf.headers.spans.len() as u32;
+            if let Some(h) = h {
+                buf.headers.push("__debezium.newkey", h);
+            }
+            buf.spans.push(RecordSpan {
+                kind: RecordKind::Change(Op::Create),
+                key,
+                value,
+                headers: first..buf.headers.spans.len() as u32,
+            });
+        }
+        buf
+    }
+
+    /// Sealed per partition (Kafka's partitioner, keyless round-robin), each partition's
+    /// records in their order, headers kept, the topic's codec; appended, they read back.
+    #[test]
+    fn pieces_are_sealed_per_partition_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        for (name, parts) in [("one", 1), ("four", 4)] {
+            let topic = log
+                .create_topic(
+                    name,
+                    TopicConfig {
+                        compression: Compression::Lz4,
+                        ..TopicConfig::with_partitions(parts)
+                    },
+                )
+                .unwrap();
+            let keys: Vec<String> = (0..200).map(|i| format!("{{\"id\":{i}}}")).collect();
+            let vals: Vec<String> = (0..200).map(|i| format!("value {i}")).collect();
+            let recs: Vec<_> = (0..200)
+                .map(|i| {
+                    (
+                        (i % 50 != 7).then_some(keys[i].as_bytes()),
+                        (i % 10 != 3).then_some(vals[i].as_bytes()),
+                        (i % 9 == 0).then_some(&b"old"[..]),
+                    )
+                })
+                .collect();
+            let buf = record_buf(&recs);
+            let pool = BufPool::default();
+            let piece = seal_piece(&topic, buf, 1234, &pool, &HiddenValues::default()).unwrap();
+            assert_eq!(piece.records, 200);
+            let got: Vec<u32> = piece.batches.iter().map(|b| b.0).collect();
+            let mut sorted = got.clone();
+            sorted.dedup();
+            assert_eq!(got, sorted, "one batch per partition, in partition order");
+            assert!(piece
+                .batches
+                .iter()
+                .all(|(_, b)| b.compression() == Compression::Lz4));
+            for (p, b) in &piece.batches {
+                topic.append_sealed(*p, b).unwrap();
+            }
+            log.flush(None).unwrap();
+            let mut seen = 0;
+            for p in 0..parts {
+                let mut r = log.reader(name, p, StartAt::Earliest).unwrap();
+                let back = r.poll(1 << 20).unwrap();
+                // In the order of the buffer: values carry their index.
+                let idx: Vec<usize> = back
+                    .iter()
+                    .map(|rec| {
+                        // Keys are unique; keyless records have a value naming them.
+                        let i = match &rec.key {
+                            Some(k) => (0..200).find(|&i| recs[i].0 == Some(&k[..])).unwrap(),
+                            None => std::str::from_utf8(rec.value.as_deref().unwrap()).unwrap()
+                                [6..]
+                                .parse()
+                                .unwrap(),
+                        };
+                        assert_eq!(rec.timestamp, 1234);
+                        assert_eq!(rec.key.as_deref(), recs[i].0);
+                        if let Some(k) = recs[i].0 {
+                            assert_eq!(partition_for_key(k, parts), p);
+                        }
+                        let h: Vec<_> = rec.headers.iter().map(|h| h.value.as_deref()).collect();
+                        match recs[i].2 {
+                            Some(v) => assert_eq!(h, [Some(v)]),
+                            None => assert!(h.is_empty()),
+                        }
+                        i
+                    })
+                    .collect();
+                assert!(idx.windows(2).all(|w| w[0] < w[1]), "{name}/{p}: {idx:?}");
+                seen += back.len();
+            }
+            assert_eq!(seen, 200);
+        }
+    }
 
     #[test]
     fn split_covers_the_range_in_order() {

@@ -58,18 +58,20 @@
 //!
 //! The pipeline task registers schemas and appends; encoding runs beside it ([`encode`]):
 //! each batch is cut into jobs of about 1 MiB of decoded events, encoded on the blocking
-//! pool (up to one job per core in flight), and appended strictly in the order the batches
-//! arrived. Flushes, the `partial` rule above and group commit are applied as jobs are
+//! pool (up to one job per core in flight) and sealed there into the log's record batches
+//! (compressed with the topic's codec, one per partition), and appended strictly in the
+//! order the batches arrived: the append only copies a batch and writes its base offset. Flushes, the `partial` rule above and group commit are applied as jobs are
 //! appended, so they see exactly the records appended so far.
 //!
 //! # Memory
 //!
 //! Bounded by configuration, not by the workload: the queue from the source holds at most
 //! `source.max_queued_bytes` of decoded events ([`queue`]), and a batch keeps its share of
-//! that budget until its last job has encoded it; the jobs in flight hold their encoded
-//! records (about 1 MiB of events each, in reused [`cdc_schemas::encode::RecordBuf`]s: no
+//! that budget until its last job has encoded it; the jobs in flight hold their sealed
+//! batches (about 1 MiB of events each, encoded into reused
+//! [`cdc_schemas::encode::RecordBuf`]s and sealed into reused [`cdc_log::SealedBatch`]es: no
 //! allocation per record) until they are appended in pieces of about
-//! `APPEND_CHUNK_BYTES` (1 MiB).
+//! `APPEND_CHUNK_BYTES` (1 MiB before compression).
 
 pub mod diskwait;
 mod encode;
@@ -89,9 +91,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdc_log::{HeaderRef, Log, NewRecord, Topic, TopicConfig};
+use cdc_log::{Log, SealedBatch, Topic, TopicConfig};
 use cdc_schemas::compat::CompatibilityLevel;
-use cdc_schemas::encode::{EncodeError, Encoder, EncoderConfig, RecordBuf, SchemaIds, TopicRouter};
+use cdc_schemas::encode::{Encoder, EncoderConfig, SchemaIds, TopicRouter};
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
 use cdc_schemas::{ChangeEvent, Checkpoint, Op, TableId, TableSchema};
 use cdc_sources::keys::{MessageKeyColumns, Rekeyer, UnknownKeyColumn};
@@ -181,8 +183,8 @@ pub struct PipelineStats {
 
 /// Where a job is.
 enum Work {
-    Running(tokio::task::JoinHandle<Result<Vec<Piece>, EncodeError>>),
-    Done(Result<Vec<Piece>, EncodeError>),
+    Running(tokio::task::JoinHandle<Result<Vec<Piece>, PipelineError>>),
+    Done(Result<Vec<Piece>, PipelineError>),
 }
 
 /// A job handed to the encoding stage, and what the pipeline does when it is appended.
@@ -193,8 +195,6 @@ struct InFlight {
     flush_before: bool,
     /// On the last job of a batch.
     end: Option<BatchEnd>,
-    /// Record timestamp (ms).
-    ts: i64,
 }
 
 struct BatchEnd {
@@ -235,8 +235,6 @@ pub struct Pipeline {
     reconcile_keys_per_pass: u64,
     /// Waiting for disk (budget, ENOSPC): its state, figures and shutdown signal.
     disk: DiskWait,
-    /// Records of one partition, for appends of a multi-partition topic (reused).
-    by_partition: Vec<Vec<usize>>,
 }
 
 impl InFlight {
@@ -276,7 +274,6 @@ impl Pipeline {
             snapshot_start: None,
             reconcile_keys_per_pass: reconcile::KEYS_PER_PASS,
             disk: DiskWait::default(),
-            by_partition: Vec::new(),
         }
     }
 
@@ -412,7 +409,6 @@ impl Pipeline {
         }
         let n = queued.batch.events.len();
         let now_ns = now_ns();
-        let ts = now_ns / 1_000_000;
         // A batch may hold two versions of a table's schema (a Relation in the middle of a
         // transaction): it is taken in segments within which each table has one version.
         // Every segment's schemas are registered before any record of the batch is
@@ -469,6 +465,7 @@ impl Pipeline {
                         encoders: seg.encoders.clone(),
                     },
                     now_ns,
+                    hidden: self.cfg.hidden.clone(),
                 });
             }
         }
@@ -484,7 +481,6 @@ impl Pipeline {
                 work: Work::Done(Ok(Vec::new())),
                 flush_before: false,
                 end: Some(end),
-                ts,
             });
             return Ok(());
         }
@@ -502,7 +498,6 @@ impl Pipeline {
                 work,
                 flush_before: i == 0 && chunk_of_tx,
                 end: if i + 1 == count { end.take() } else { None },
-                ts,
             });
         }
         Ok(())
@@ -528,16 +523,15 @@ impl Pipeline {
         let mut result = Ok(());
         for p in pieces {
             if result.is_ok() {
-                self.cfg.hidden.report(&p.buf);
-                match self.append_encoded(&p.topic, &p.buf, job.ts).await {
-                    Ok((records, bytes)) => {
-                        self.stats.records += records;
-                        self.bytes_since_flush += bytes;
+                match self.append_piece(&p).await {
+                    Ok(()) => {
+                        self.stats.records += p.records;
+                        self.bytes_since_flush += p.bytes;
                     }
                     Err(e) => result = Err(e),
                 }
             }
-            self.pool.give(p.buf);
+            self.pool.give_batches(p.batches);
         }
         result?;
         let Some(end) = job.end else {
@@ -589,66 +583,16 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Appends the records in `buf` to `topic` (key-partitioned, as Kafka's partitioner);
-    /// returns (records, bytes). One partition at a time, so that an append the log refuses
-    /// for lack of disk is retried alone, after the wait, without appending the others again.
-    async fn append_encoded(
-        &mut self,
-        topic: &Topic,
-        buf: &RecordBuf,
-        ts: i64,
-    ) -> Result<(u64, u64), PipelineError> {
-        if buf.is_empty() {
-            return Ok((0, 0));
+    /// Appends a piece's sealed batches, each to its partition (the encode worker split
+    /// the records by Kafka's partitioner). One partition at a time, so that an append the
+    /// log refuses for lack of disk is retried alone, after the wait, without appending
+    /// the others again.
+    async fn append_piece(&mut self, piece: &Piece) -> Result<(), PipelineError> {
+        for (partition, batch) in &piece.batches {
+            self.append_retrying(&piece.topic, *partition, batch)
+                .await?;
         }
-        // Headers are rare (key changes, values the format cannot carry): a record's are
-        // contiguous, in record order, so each record takes the next `header_count` of them.
-        let headers: Vec<HeaderRef<'_>> = (0..buf.len())
-            .flat_map(|i| buf.headers(i))
-            .map(|(key, value)| HeaderRef {
-                key,
-                value: Some(value),
-            })
-            .collect();
-        let mut next_header = 0;
-        let records: Vec<NewRecord<'_>> = (0..buf.len())
-            .map(|i| {
-                let n = buf.header_count(i);
-                let h: &[HeaderRef<'_>] = &headers[next_header..next_header + n];
-                next_header += n;
-                NewRecord {
-                    key: buf.key(i),
-                    value: buf.value(i),
-                    headers: h,
-                    timestamp: ts,
-                }
-            })
-            .collect();
-        let n = topic.partitions();
-        if n == 1 {
-            // Where Kafka's partitioner would send every record anyway: no hashing of
-            // each key (the first touch of bytes another core encoded) and no regrouping.
-            self.append_retrying(topic, 0, &records).await?;
-        } else {
-            let mut by_partition = std::mem::take(&mut self.by_partition);
-            by_partition.resize_with(n as usize, Vec::new);
-            for (i, r) in records.iter().enumerate() {
-                by_partition[topic.partition_for(r.key) as usize].push(i);
-            }
-            let mut group: Vec<NewRecord<'_>> = Vec::with_capacity(records.len());
-            let mut result = Ok(());
-            for (p, idx) in by_partition.iter_mut().enumerate() {
-                if result.is_ok() && !idx.is_empty() {
-                    group.clear();
-                    group.extend(idx.iter().map(|&i| records[i]));
-                    result = self.append_retrying(topic, p as u32, &group).await;
-                }
-                idx.clear();
-            }
-            self.by_partition = by_partition;
-            result?;
-        }
-        Ok((records.len() as u64, buf.bytes.len() as u64))
+        Ok(())
     }
 
     /// One batch to one partition, waiting for disk and retrying while the log refuses it
@@ -657,11 +601,12 @@ impl Pipeline {
         &mut self,
         topic: &Topic,
         partition: u32,
-        records: &[NewRecord<'_>],
+        batch: &SealedBatch,
     ) -> Result<(), PipelineError> {
         loop {
-            // Appends write without fsync: cheap enough inline, outside the async scheduling.
-            match tokio::task::block_in_place(|| topic.append(partition, records)) {
+            // Appends write without fsync and copy the batch once: cheap enough inline,
+            // outside the async scheduling.
+            match tokio::task::block_in_place(|| topic.append_sealed(partition, batch)) {
                 Ok(_) => {
                     // From the first append of a batch until its commit is appended, the
                     // log holds part of a transaction: no flush may cover it.

@@ -126,7 +126,7 @@ impl HeaderBuf {
     }
 
     /// Appends a header with a fixed key.
-    pub(crate) fn push(&mut self, key: &str, value: &[u8]) {
+    pub fn push(&mut self, key: &str, value: &[u8]) {
         let k = self.bytes.len();
         self.bytes.extend_from_slice(key.as_bytes());
         let v = self.bytes.len();

@@ -1,5 +1,5 @@
-//! The append path: [`Topic`] (one batch to one partition, or records spread by key with
-//! Kafka's partitioner) and the [`FlushPolicy`], which decides when an append, or the
+//! The append path: [`Topic`] (one batch to one partition, a batch the producer sealed
+//! (`sealed.rs`), or records spread by key with Kafka's partitioner) and the [`FlushPolicy`], which decides when an append, or the
 //! policy's timer thread, flushes without being asked.
 //!
 //! Invariants: an append is refused before it reaches the partition when the log is
@@ -15,9 +15,10 @@ use std::time::Duration;
 use super::{FlushPolicy, Log, LogInner, Topic};
 use crate::error::{LogError, Result};
 use crate::metrics::Metrics;
-use crate::partition::{lock, AppendInfo};
+use crate::partition::{lock, AppendInfo, Partition};
 use crate::partitioner::partition_for_key;
 use crate::record::NewRecord;
+use crate::sealed::SealedBatch;
 use crate::topic_config::TopicConfig;
 
 impl Log {
@@ -67,23 +68,12 @@ impl Topic {
     /// visible to readers (nor durable) until the next [`Log::flush`].
     pub fn append(&self, partition: u32, records: &[NewRecord<'_>]) -> Result<AppendInfo> {
         self.log.check_poisoned()?;
-        let part =
-            self.inner
-                .partitions
-                .get(partition as usize)
-                .ok_or(LogError::UnknownPartition {
-                    topic: self.inner.name.clone(),
-                    partition,
-                    partitions: self.inner.config.partitions,
-                })?;
+        let part = self.partition(partition)?;
         if records.is_empty() {
             return Err(LogError::InvalidArgument("append of zero records".into()));
         }
         if self.inner.config.cleanup_policy.compact && records.iter().any(|r| r.key.is_none()) {
-            return Err(LogError::InvalidArgument(format!(
-                "topic {:?} is compacted: every record needs a key",
-                self.inner.name
-            )));
+            return Err(self.keyless_refused());
         }
         self.log.admit()?;
         let info = part.append(
@@ -98,6 +88,57 @@ impl Topic {
         let info = info?;
         self.log.after_append(&info, records.len())?;
         Ok(info)
+    }
+
+    /// Appends a batch sealed by the producer ([`SealedBatch::seal`], typically on another
+    /// thread, with this topic's codec: [`TopicConfig::compression`]) to `partition`; the
+    /// partition only writes its base offset. Same rules and durability as [`Topic::append`].
+    pub fn append_sealed(&self, partition: u32, batch: &SealedBatch) -> Result<AppendInfo> {
+        self.log.check_poisoned()?;
+        let part = self.partition(partition)?;
+        if batch.is_empty() {
+            return Err(LogError::InvalidArgument("append of zero records".into()));
+        }
+        if batch.compression() != self.inner.config.compression {
+            // A topic keeps the codec it was created with.
+            return Err(LogError::InvalidArgument(format!(
+                "a batch sealed with {} appended to topic {:?}, which uses {}",
+                batch.compression().name(),
+                self.inner.name,
+                self.inner.config.compression.name()
+            )));
+        }
+        if self.inner.config.cleanup_policy.compact && batch.has_keyless() {
+            return Err(self.keyless_refused());
+        }
+        self.log.admit()?;
+        let info = part.append_sealed(
+            batch,
+            self.inner.config.segment_bytes,
+            self.inner.config.segment_ms,
+        );
+        self.log.settle_released(part);
+        let info = info?;
+        self.log.after_append(&info, batch.records())?;
+        Ok(info)
+    }
+
+    fn partition(&self, partition: u32) -> Result<&Arc<Partition>> {
+        self.inner
+            .partitions
+            .get(partition as usize)
+            .ok_or(LogError::UnknownPartition {
+                topic: self.inner.name.clone(),
+                partition,
+                partitions: self.inner.config.partitions,
+            })
+    }
+
+    fn keyless_refused(&self) -> LogError {
+        LogError::InvalidArgument(format!(
+            "topic {:?} is compacted: every record needs a key",
+            self.inner.name
+        ))
     }
 
     /// The partition Kafka's default partitioner gives `key`; keyless records go

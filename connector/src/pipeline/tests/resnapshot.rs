@@ -4,6 +4,7 @@
 //! and a crash before the snapshot's end is durable.
 
 use super::*;
+use cdc_log::NewRecord;
 use cdc_schemas::encode::redelete_avro::WriterSchema;
 
 /// Sends a batch with a snapshot mark.
