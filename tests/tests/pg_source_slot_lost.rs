@@ -20,66 +20,14 @@
 mod pg_source_util;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use cdc_harness::{PgOptions, PgServer};
+use cdc_harness::PgServer;
+use pg_source_util::slot::{
+    admin_metrics, gauge, invalidate_slot as invalidate, slot_wal_status as wal_status,
+    small_wal_keep_server as server,
+};
 use pg_source_util::*;
-
-/// The end of the server's log, for failure messages.
-fn pg_log(pg: &PgServer) -> String {
-    let s = std::fs::read_to_string(pg.log_path()).unwrap_or_default();
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-fn server() -> PgServer {
-    PgServer::start(PgOptions::default().config("max_slot_wal_keep_size = '1MB'")).unwrap()
-}
-
-/// The slot's `wal_status` (None: no such slot).
-async fn wal_status(pg: &PgServer, slot: &str) -> Option<String> {
-    let c = pg.superuser_client("postgres").await.unwrap();
-    c.query_opt(
-        "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
-        &[&slot],
-    )
-    .await
-    .unwrap()
-    .and_then(|r| r.get(0))
-}
-
-/// Writes WAL past `slot`'s retention limit and checkpoints until the server reports the
-/// slot lost.
-async fn invalidate(pg: &PgServer, slot: &str) {
-    let c = pg.superuser_client("postgres").await.unwrap();
-    c.batch_execute("CREATE TABLE IF NOT EXISTS filler (n int)")
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for _ in 0..3 {
-            c.batch_execute("INSERT INTO filler VALUES (1); SELECT pg_switch_wal();")
-                .await
-                .unwrap();
-        }
-        // An active slot's walsender is terminated first; the checkpoint waits for it.
-        tokio::time::timeout(Duration::from_secs(30), c.batch_execute("CHECKPOINT"))
-            .await
-            .unwrap_or_else(|_| panic!("CHECKPOINT did not finish\n{}", pg_log(pg)))
-            .unwrap();
-        let st = wal_status(pg, slot).await;
-        if st.as_deref() == Some("lost") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "slot {slot} not invalidated (wal_status {st:?})\n{}",
-            pg_log(pg)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// Waits for the connector to exit on its own; its exit code.
 async fn wait_exit(c: &mut Connector) -> Option<i32> {
@@ -161,26 +109,7 @@ async fn converge_since(pg: &PgServer, db: &str, c: &Connector, from: &BTreeMap<
 
 /// `GET /metrics` on the connector's admin server (its address is in its log).
 fn metrics(c: &Connector) -> String {
-    let log = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
-    let line = log
-        .lines()
-        .rfind(|l| l.contains("admin server listening"))
-        .expect("no admin address in the connector's log");
-    let at = line.find("127.0.0.1:").expect("admin address");
-    let addr: String = line[at..]
-        .chars()
-        .take_while(|ch| ch.is_ascii_digit() || *ch == '.' || *ch == ':')
-        .collect();
-    let mut s = std::net::TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    resp
+    admin_metrics(c).expect("the admin server answers /metrics")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -316,10 +245,7 @@ async fn lost_while_running_stops_with_the_invalidated_error() {
 
 /// The value of the un-labelled metric `name` on the connector's `/metrics`.
 fn metric_value(c: &Connector, name: &str) -> Option<u64> {
-    metrics(c)
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name} ")))
-        .and_then(|v| v.trim().parse().ok())
+    gauge(&metrics(c), name).map(|v| v as u64)
 }
 
 /// Polls until `metric` is `want`; panics with the connector's output after 60 s.
