@@ -103,15 +103,7 @@ pub fn push_zoned_timestamp(buf: &mut Vec<u8>, micros: i64, frac: u8) {
     let days = micros.div_euclid(MICROS_PER_DAY);
     let tod = micros.rem_euclid(MICROS_PER_DAY);
     let (y, m, d) = civil_from_days(days);
-    push_year(buf, y);
-    buf.push(b'-');
-    push_2(buf, m);
-    buf.push(b'-');
-    push_2(buf, d);
-    buf.push(b'T');
-    push_hms(buf, tod);
-    push_fraction(buf, ((tod % MICROS_PER_SEC) * 1000) as u32, frac);
-    buf.push(b'Z');
+    push_zoned_parts(buf, (y, m, d, tod), frac);
 }
 
 /// A timestamp Postgres printed (`DateStyle=ISO`, `TimeZone=UTC`) that is beyond the
