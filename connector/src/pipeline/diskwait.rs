@@ -141,6 +141,9 @@ impl DiskWait {
             if !room && self.stopping() {
                 return Err(PipelineError::StoppedWhileWaitingForDisk);
             }
+            // A point where the task can be cancelled (a runtime shutting down): the
+            // retry loop around a wait has no other.
+            tokio::task::yield_now().await;
             return Ok(());
         }
         // A full file system: nothing tells us when space is freed; retry with backoff.

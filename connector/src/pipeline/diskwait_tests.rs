@@ -239,3 +239,82 @@ async fn shutdown_ends_a_wait_for_disk() {
     assert_eq!(stats.last_durable, Some(durable));
     assert!(stats.transactions < 200);
 }
+
+/// Transactions spread over several partitions, group commit holding them: the budget
+/// may run out inside a transaction (its first partition appended, a later one
+/// refused). The complete transactions before it were flushed before it started, so the
+/// consumer can read and release them and the wait ends; every record arrives once.
+/// Several budgets, so that a refusal falls inside a transaction in some of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_running_out_inside_a_transaction_does_not_hold_the_ones_before() {
+    for budget in [20 << 10, 23 << 10, 26 << 10, 29 << 10] {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, registry) = budget_log(dir.path(), budget);
+        let spread = TopicConfig {
+            partitions: 3,
+            ..small_segments()
+        };
+        log.create_topic("t.public.b", spread.clone()).unwrap();
+        let mut consumers: Vec<_> = (0..3)
+            .map(|p| {
+                log.consumer("g", "t.public.b", p, cdc_log::ResetPolicy::Earliest)
+                    .unwrap()
+            })
+            .collect();
+        let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let status = crate::admin::Status::default();
+        let (dtx, drx) = DurablePublisher::new(None);
+        let pipeline = Pipeline::new(
+            log.clone(),
+            Arc::new(registry),
+            PipelineConfig {
+                topic_config: spread,
+                ..config()
+            },
+            dtx,
+        )
+        .with_disk_wait(DiskWait::new(vec![stop_rx], &Default::default(), status));
+        let (tx, rx) = queue::channel(4 << 20);
+        let run = tokio::spawn(pipeline.run(rx));
+        let t = table("b", false);
+        const TXS: i64 = 40;
+        const PER_TX: i64 = 12;
+        let sender = tokio::spawn(async move {
+            for i in 0..TXS {
+                let events = (0..PER_TX).map(|k| ev(&t, i * PER_TX + k, 200)).collect();
+                send(&tx, events, Some(pos(100 + i as u64))).await;
+            }
+            tx
+        });
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while (seen.len() as i64) < TXS * PER_TX {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "budget {budget}: the wait never ended ({} records read)",
+                seen.len()
+            );
+            for c in &mut consumers {
+                let recs = tokio::task::block_in_place(|| {
+                    c.wait(Duration::from_millis(20));
+                    c.poll(1 << 20).unwrap()
+                });
+                for r in recs {
+                    let v: serde_json::Value = serde_json::from_slice(&r.value.unwrap()).unwrap();
+                    seen.push(v["after"]["id"].as_i64().unwrap());
+                }
+                c.commit().unwrap();
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(
+            seen,
+            (0..TXS * PER_TX).collect::<Vec<_>>(),
+            "each record once"
+        );
+        let tx = sender.await.unwrap();
+        let (_, r) = finish(tx, run).await;
+        r.unwrap();
+        assert_eq!(drx.latest(), Some(pos(100 + TXS as u64 - 1)));
+    }
+}

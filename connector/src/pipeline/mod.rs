@@ -52,7 +52,10 @@
 //! is one that changed nothing when it failed (appends go one partition at a time for
 //! that), so nothing is lost or appended twice. Before it waits on the budget with no
 //! partial transaction appended, the pipeline flushes its pending commit: consumers can
-//! then read (and release) those records, and the source confirms them.
+//! then read (and release) those records, and the source confirms them. And before a
+//! transaction starts when the budget has little room left, it flushes them too: a
+//! refusal inside the transaction could not flush them (the rule above), and a wait
+//! with complete transactions held unflushed behind a partial one would never end.
 //!
 //! # Encoding in parallel
 //!
@@ -105,6 +108,9 @@ use queue::{BatchReceiver, Queued, TryRecvError};
 /// Encoded bytes per log append: a source batch is appended in pieces of about this size,
 /// so the encode buffer and the log's batch buffer stay small whatever the batch size.
 const APPEND_CHUNK_BYTES: usize = 1 << 20;
+/// Room the disk budget must keep beyond a starting transaction's bytes for the pipeline
+/// not to flush before it (`Pipeline::budget_tight`).
+const BUDGET_SLACK: u64 = 64 << 10;
 
 /// What the pipeline needs besides the log and the registry.
 pub struct PipelineConfig {
@@ -520,6 +526,14 @@ impl Pipeline {
             self.flush_pending().await?;
         }
         let pieces = encoded?;
+        if !self.partial && self.pending.is_some() && self.budget_tight(&pieces, job.end.is_none())
+        {
+            // A transaction starts and may not fit in what the budget has left. Once part
+            // of it is appended no flush may cover it, so a refusal inside it would leave
+            // the complete transactions before it unflushed too: neither retention nor a
+            // consumer could release them, and the wait would never end.
+            self.flush_pending().await?;
+        }
         let mut result = Ok(());
         for p in pieces {
             if result.is_ok() {
@@ -581,6 +595,18 @@ impl Pipeline {
             }
         }
         Ok(())
+    }
+
+    /// Whether the transaction starting with `pieces` may exhaust the disk budget before
+    /// it is whole: a budget is set and what it has left is less than twice their bytes
+    /// before compression plus [`BUDGET_SLACK`] (segment and index files grow in steps),
+    /// or the transaction goes on in further jobs (`more`, its size unknown here).
+    fn budget_tight(&self, pieces: &[Piece], more: bool) -> bool {
+        let Some(room) = self.log.budget_room() else {
+            return false;
+        };
+        let need: u64 = pieces.iter().map(|p| p.bytes).sum();
+        more || room < need.saturating_mul(2).saturating_add(BUDGET_SLACK)
     }
 
     /// Appends a piece's sealed batches, each to its partition (the encode worker split

@@ -61,6 +61,16 @@ impl Log {
         self.disk_bytes().saturating_add(shared)
     }
 
+    /// Bytes the disk budget has left (`None` without a budget). An append is admitted
+    /// while any are left, whatever its size, so a writer that must not be refused in
+    /// the middle of a unit of its own (a transaction) checks this before starting one.
+    pub fn budget_room(&self) -> Option<u64> {
+        self.inner
+            .options
+            .disk_budget_bytes
+            .map(|b| b.saturating_sub(self.budget_used_bytes()))
+    }
+
     pub(crate) fn budget_has_room(&self) -> bool {
         match self.inner.options.disk_budget_bytes {
             None => true,
