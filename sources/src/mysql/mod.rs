@@ -1,9 +1,12 @@
-//! The MySQL / MariaDB source. For now: its `[source]` keys ([`config`]), its preflight
-//! checks ([`check`]) and the connection layer ([`conn`]) they share with the snapshot,
-//! schema and binlog connections still to come (setup, snapshot, stream, decode, metrics).
+//! The MySQL / MariaDB source: its `[source]` keys ([`config`]), its preflight checks
+//! ([`check`]), the connection layer ([`conn`]), its model of a captured table
+//! ([`table`]) and the decoding of its values ([`decode`]); setup, snapshot, stream
+//! and metrics follow the Postgres source's file set.
 
 pub mod check;
 pub mod config;
 pub mod conn;
+pub mod decode;
+pub mod table;
 
 pub use conn::{MySqlConnectError, MySqlEndpoint};
