@@ -18,6 +18,9 @@ use crate::groups::GroupStore;
 use crate::ledger::{LedgerState, PartitionMark};
 use crate::partition::{lock, Partition};
 
+/// Tries of one partition's read-only refresh before its error stands.
+const REFRESH_ATTEMPTS: u32 = 5;
+
 impl Log {
     /// True for a log opened with [`Log::open_read_only`].
     pub fn is_read_only(&self) -> bool {
@@ -87,10 +90,11 @@ impl Log {
 
     /// Read-only logs: one partition's [`Partition::refresh_read_only`] to `mark`. The
     /// writer's retention may drop, and recycle, a segment between the ledger read and the
-    /// scan of its file (the scan then fails: missing file, or another segment's batches in
-    /// it). Such a failure is retried with the ledger as it is now, as long as that moved
-    /// the log start on (the view then restarts past the dropped segments); otherwise the
-    /// error stands.
+    /// scan of its file (the scan then fails: missing file, a file cut short under the
+    /// read, or another segment's batches in it), and it may do so before its ledger says
+    /// so. Such a failure is retried a few times, briefly apart, with the ledger as it is
+    /// then (a moved log start restarts the view past the dropped segments); a failure
+    /// that persists stands.
     fn refresh_partition(
         &self,
         topic: &str,
@@ -107,8 +111,12 @@ impl Log {
             let now = LedgerState::load(&self.inner.dir)?
                 .and_then(|(s, _)| s.partitions.get(&(topic.to_string(), part.id)).copied());
             match now {
-                Some(m) if attempts <= 3 && m.log_start > mark.log_start => {
-                    tracing::debug!(topic, partition = part.id, error = %err, log_start = m.log_start, "read-only refresh raced with retention; retrying with the current ledger");
+                Some(m) if attempts <= REFRESH_ATTEMPTS => {
+                    tracing::debug!(topic, partition = part.id, error = %err, log_start = m.log_start, "read-only refresh may have raced with retention; retrying with the current ledger");
+                    if m.log_start <= mark.log_start {
+                        // The writer may not have recorded the new log start yet.
+                        std::thread::sleep(Duration::from_millis(10 * attempts as u64));
+                    }
                     mark = m;
                 }
                 _ => return Err(err),

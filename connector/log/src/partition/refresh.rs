@@ -48,6 +48,14 @@ fn extend_scan(seg: &mut SegmentMeta, cur_end: u64, limit: u64, stop_at: u64) ->
                 next = h.next_offset();
                 pos_end = pos + h.total_len() as u64;
             }
+            // The writer cut the file under the read (a roll trims a recycled file's
+            // stale tail): the scan ends here; falling short of the durable end is
+            // `DurableDataLost`, which `Log::refresh` retries with the file as it is now.
+            Err(ScanStop::Io(LogError::Io { source, .. }))
+                if source.kind() == std::io::ErrorKind::UnexpectedEof =>
+            {
+                break
+            }
             Err(ScanStop::Io(e)) => return Err(e),
         }
     }
