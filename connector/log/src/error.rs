@@ -55,7 +55,7 @@ pub enum LogError {
         source: io::Error,
     },
     /// ENOSPC / EDQUOT. Transient: appends may resume once space is freed.
-    #[error("disk full while {op} {path}: free space under {dir} (or lower retention) and retry")]
+    #[error("disk full while {op} {path}: free space under {dir} (or lower retention); writes resume once there is room")]
     DiskFull {
         op: &'static str,
         path: PathBuf,
