@@ -6,6 +6,7 @@
 pub mod check;
 pub mod config;
 pub mod conn;
+pub mod ddl;
 pub mod decode;
 pub mod schema;
 pub mod table;

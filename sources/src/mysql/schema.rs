@@ -275,6 +275,14 @@ impl Schemas {
         }
         k
     }
+
+    /// True when `database` holds a captured table (its uncaptured tables are then kept
+    /// as possible shadows).
+    pub(crate) fn has_captured_in(&self, database: &str) -> bool {
+        self.tables
+            .get(database)
+            .is_some_and(|m| m.values().any(|k| k.captured))
+    }
 }
 
 impl<'a> IntoIterator for &'a Schemas {
