@@ -343,3 +343,44 @@ async fn online_schema_change_swaps_match_the_server() {
     assert!(e.is_none());
     r.finish();
 }
+
+#[tokio::test]
+async fn types_and_defaults_match_the_server() {
+    let my = MariaDbServer::shared();
+    let mut r = Run::new(my, only).await;
+    for sql in [
+        "CREATE TABLE d1 (a enum('x''y','b c ') DEFAULT 'b c', b varchar(5) DEFAULT 5, c int DEFAULT '7', \
+         d decimal(6,3) DEFAULT '-1.5', e float DEFAULT 0.1, f double DEFAULT 1e3, g bit DEFAULT 1, \
+         h datetime(2) DEFAULT '2020-01-01 10:11:12.34', i date DEFAULT '2021-02-03', \
+         j timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, k year DEFAULT 2024, \
+         l char(3) DEFAULT 'a\\\\b', m text DEFAULT 'x', n blob DEFAULT 'b', o tinyint unsigned DEFAULT 255, \
+         p varchar(10) DEFAULT NULL, q int NOT NULL, r json DEFAULT '{}', s mediumint(4) zerofill DEFAULT 3, \
+         t datetime DEFAULT NOW(), u time(3) DEFAULT '01:02:03.5', v bigint DEFAULT -9223372036854775808)",
+        "CREATE TABLE d2 (a varchar(40) DEFAULT (concat('a','b')), b int DEFAULT (length('ab')), \
+         c int DEFAULT (2 * 3), d varchar(10) DEFAULT _utf8mb4'x', e int DEFAULT +4, f decimal(4,1) DEFAULT 2)",
+        "CREATE TABLE d3 (a long varchar, b long varbinary, c nvarchar(3), d character varying(4), \
+         e double precision, f dec(4,1), g fixed(3), h int1, i middleint, j float(5,2) unsigned, k geometry, \
+         l point NOT NULL, m text(300) CHARACTER SET latin1, n blob(70000), o char(4) ascii, p varchar(4) unicode, \
+         q set('a','b') CHARACTER SET latin1 DEFAULT 'a,b', r bool DEFAULT false, s serial, t inet4, \
+         u tinytext CHARACTER SET latin1, w varchar(3) CHARACTER SET utf8 COLLATE utf8_bin)",
+        "ALTER TABLE d3 CONVERT TO CHARACTER SET utf8mb4",
+        "ALTER TABLE d3 MODIFY a tinytext, CHANGE COLUMN c cc varchar(3) CHARACTER SET latin1 NOT NULL DEFAULT 'x' FIRST",
+        "ALTER TABLE d3 ALTER COLUMN r SET DEFAULT true",
+        "ALTER TABLE d3 ADD COLUMN z int NOT NULL",
+        "ALTER TABLE d1 ALTER COLUMN q SET DEFAULT 4",
+        "ALTER TABLE d1 ALTER COLUMN q DROP DEFAULT",
+        "ALTER TABLE d1 MODIFY p varchar(10) DEFAULT 'a' NOT NULL",
+        "/*!40000 ALTER TABLE d1 DISABLE KEYS */",
+        "ALTER TABLE d1 ADD PRIMARY KEY USING BTREE (q)",
+        "alter table d1 add column lc int after q, add column `Mixed` Int Unsigned Not Null Default '1'",
+        "ALTER TABLE d1 CHANGE q q2 bigint unsigned",
+        "ALTER TABLE d1 DROP COLUMN `mixed`",
+        "ALTER TABLE d1 MODIFY COLUMN IF EXISTS nope int, DROP COLUMN IF EXISTS nope2",
+        "CREATE TABLE d4 (id int unsigned NOT NULL AUTO_INCREMENT PRIMARY KEY, ts timestamp(6) NULL DEFAULT NULL, \
+         c char(1) CHARACTER SET binary, b binary(4) DEFAULT 'ab', vb varbinary(8) DEFAULT 0x4142) DEFAULT CHARSET latin1",
+        "ALTER TABLE d4 ADD COLUMN v varchar(3), CONVERT TO CHARACTER SET utf8mb3",
+    ] {
+        r.step(sql).await;
+    }
+    r.finish();
+}

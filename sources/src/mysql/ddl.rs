@@ -151,14 +151,13 @@ impl Schemas {
         };
         let mut p = P { t: &toks, i: 0 };
         ctx.statement(&mut p)?;
-        let mut effect = ctx.effect;
-        collapse_swaps(&mut effect.changes);
-        Ok(effect)
+        Ok(ctx.effect)
     }
 }
 
-/// `Dropped(x)` followed later in the same statement by `Created(x)` is a swap (the
-/// online-schema-change tools' atomic RENAME): the table was replaced by its altered copy.
+/// In one RENAME TABLE, `Dropped(x)` followed by `Created(x)` is a swap (the
+/// online-schema-change tools' atomic RENAME): the table was replaced by its altered copy,
+/// the same rows. (CREATE OR REPLACE keeps its Dropped + Created: the rows are gone.)
 fn collapse_swaps(changes: &mut Vec<TableChange>) {
     let mut i = 0;
     while i < changes.len() {
@@ -733,6 +732,7 @@ impl Ctx<'_> {
         for (from, to) in pairs {
             self.rename_one(&from, &to);
         }
+        collapse_swaps(&mut self.effect.changes);
         Ok(())
     }
 
@@ -1810,6 +1810,8 @@ fn type_spec(p: &mut P) -> Result<TypeSpec, String> {
 /// A column type as the server prints it.
 struct TypeInfo {
     data_type: String,
+    /// The declared length / display width (`char(n)`, `int(n)`), as printed.
+    len: Option<u64>,
     column_type: String,
     charset: Option<String>,
     /// Fractional-second digits of temporal types, the scale of decimals.
@@ -1818,19 +1820,40 @@ struct TypeInfo {
 
 impl TypeInfo {
     fn of(c: &MyColumn) -> TypeInfo {
-        let scale = c
-            .column_type
-            .split_once('(')
-            .and_then(|(_, r)| {
-                r.split([',', ')'])
-                    .nth(usize::from(c.data_type == "decimal"))
-            })
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or(0);
+        TypeInfo::new(
+            c.data_type.clone(),
+            c.column_type.clone(),
+            c.charset.clone(),
+        )
+    }
+
+    /// Length and scale read back from the printed type (`decimal(10,2)`, `time(3)`,
+    /// `int(5) unsigned zerofill`).
+    fn new(data_type: String, column_type: String, charset: Option<String>) -> TypeInfo {
+        let nums: Vec<u64> = if matches!(data_type.as_str(), "enum" | "set") {
+            Vec::new()
+        } else {
+            column_type
+                .split_once('(')
+                .and_then(|(_, r)| r.split_once(')'))
+                .map(|(inner, _)| {
+                    inner
+                        .split(',')
+                        .filter_map(|n| n.trim().parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let scale = match data_type.as_str() {
+            "decimal" | "float" | "double" => nums.get(1).copied().unwrap_or(0),
+            "time" | "datetime" | "timestamp" => nums.first().copied().unwrap_or(0),
+            _ => 0,
+        };
         TypeInfo {
-            data_type: c.data_type.clone(),
-            column_type: c.column_type.clone(),
-            charset: c.charset.clone(),
+            len: nums.first().copied(),
+            data_type,
+            column_type,
+            charset,
             scale,
         }
     }
@@ -1920,7 +1943,6 @@ fn resolve_type(s: &TypeSpec, flavor: Flavor, table_cs: Option<&str>) -> TypeInf
         }
         t
     };
-    let mut scale = 0;
     let column_type = match base.as_str() {
         "tinyint" | "smallint" | "mediumint" | "int" | "bigint" => {
             let (signed_w, unsigned_w) = match base.as_str() {
@@ -1943,22 +1965,17 @@ fn resolve_type(s: &TypeSpec, flavor: Flavor, table_cs: Option<&str>) -> TypeInf
             }
         }
         "bit" => format!("bit({})", s.len.unwrap_or(1)),
-        "decimal" => {
-            scale = s.scale.unwrap_or(0);
-            sign(format!("decimal({},{})", s.len.unwrap_or(10), scale))
-        }
+        "decimal" => sign(format!(
+            "decimal({},{})",
+            s.len.unwrap_or(10),
+            s.scale.unwrap_or(0)
+        )),
         "float" | "double" => match (s.len, s.scale) {
-            (Some(m), Some(d)) => {
-                scale = d;
-                sign(format!("{base}({m},{d})"))
-            }
+            (Some(m), Some(d)) => sign(format!("{base}({m},{d})")),
             _ => sign(base.clone()),
         },
         "time" | "datetime" | "timestamp" => match s.len {
-            Some(f) if f > 0 => {
-                scale = f;
-                format!("{base}({f})")
-            }
+            Some(f) if f > 0 => format!("{base}({f})"),
             _ => base.clone(),
         },
         "year" if !mysql8 => "year(4)".into(),
@@ -1974,12 +1991,7 @@ fn resolve_type(s: &TypeSpec, flavor: Flavor, table_cs: Option<&str>) -> TypeInf
         }
         _ => base.clone(),
     };
-    TypeInfo {
-        data_type: base,
-        column_type,
-        charset,
-        scale,
-    }
+    TypeInfo::new(base, column_type, charset)
 }
 
 /// CONVERT TO CHARACTER SET `cs` on one column: character columns take the charset; TEXT
@@ -2183,14 +2195,27 @@ fn drop_default(flavor: Flavor, nullable: bool) -> Option<String> {
 /// A default as `information_schema.COLUMNS.COLUMN_DEFAULT` prints it.
 fn default_text(flavor: Flavor, ty: &TypeInfo, d: DefaultValue, nullable: bool) -> Option<String> {
     let maria = flavor.is_mariadb();
+    let dt = ty.data_type.as_str();
+    // BINARY(n) pads its default with NUL bytes to n.
+    let pad = |s: &str| -> String {
+        let mut s = s.to_string();
+        if dt == "binary" {
+            if let Some(n) = ty.len {
+                while (s.len() as u64) < n {
+                    s.push('\0');
+                }
+            }
+        }
+        s
+    };
     let quote = |s: &str| {
+        let s = pad(s);
         if maria {
-            format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+            format!("'{}'", escape_literal(&s))
         } else {
-            s.to_string()
+            s
         }
     };
-    let dt = ty.data_type.as_str();
     let numeric = matches!(
         dt,
         "tinyint"
@@ -2213,8 +2238,10 @@ fn default_text(flavor: Flavor, ty: &TypeInfo, d: DefaultValue, nullable: bool) 
             (false, Some(n)) => format!("CURRENT_TIMESTAMP({n})"),
             (false, None) => "CURRENT_TIMESTAMP".into(),
         }),
-        DefaultValue::Num(n) if numeric => Some(format_number(dt, &n, ty.scale)),
-        DefaultValue::Str(s) if numeric => Some(format_number(dt, s.trim(), ty.scale)),
+        DefaultValue::Num(n) if numeric => Some(zerofill(ty, format_number(dt, &n, ty.scale))),
+        DefaultValue::Str(s) if numeric => {
+            Some(zerofill(ty, format_number(dt, s.trim(), ty.scale)))
+        }
         DefaultValue::Num(n) if dt == "bit" => Some(bits_text(n.parse::<u64>().unwrap_or(0))),
         DefaultValue::Bits(b) if dt == "bit" => {
             Some(bits_text(u64::from_str_radix(&b, 2).unwrap_or(0)))
@@ -2255,6 +2282,33 @@ fn default_text(flavor: Flavor, ty: &TypeInfo, d: DefaultValue, nullable: bool) 
             )
         }
     }
+}
+
+/// A ZEROFILL column's default is printed padded to the display width.
+fn zerofill(ty: &TypeInfo, n: String) -> String {
+    match ty.len {
+        Some(w) if ty.column_type.ends_with(" zerofill") && (n.len() as u64) < w => {
+            format!("{n:0>width$}", width = w as usize)
+        }
+        _ => n,
+    }
+}
+
+/// A string literal's text as MariaDB prints it between single quotes.
+fn escape_literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\'' => out.push_str("''"),
+            '\\' => out.push_str("\\\\"),
+            '\0' => out.push_str("\\0"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\u{1a}' => out.push_str("\\Z"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn bits_text(v: u64) -> String {
@@ -2342,7 +2396,15 @@ fn print_expr(toks: &[Tok]) -> String {
             .get(i + 1)
             .is_some_and(|n| n.k == K::Sym && n.text == "(");
         match t.k {
-            K::Word if next_paren => out.push_str(&t.text.to_ascii_lowercase()),
+            K::Word if next_paren => {
+                // The server prints some functions under their canonical names.
+                let f = t.text.to_ascii_lowercase();
+                out.push_str(match f.as_str() {
+                    "length" => "octet_length",
+                    "character_length" => "char_length",
+                    other => other,
+                })
+            }
             K::Word | K::Quoted => {
                 if t.k == K::Word
                     && matches!(
@@ -2387,4 +2449,264 @@ fn print_expr(toks: &[Tok]) -> String {
         }
     }
     out.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter() -> TableFilter {
+        TableFilter::new(&["d.*".into()], &["d._*".into()])
+    }
+
+    fn schemas(flavor: Flavor) -> Schemas {
+        let mut s = Schemas::new(flavor);
+        s.set_default_charset("d", "utf8mb4");
+        s.apply_ddl(
+            Some("d"),
+            "CREATE TABLE t (id int PRIMARY KEY, v varchar(10))",
+            &filter(),
+        )
+        .unwrap();
+        s
+    }
+
+    fn col<'a>(s: &'a Schemas, t: &str, c: &str) -> &'a MyColumn {
+        s.get("d", t)
+            .unwrap()
+            .columns
+            .iter()
+            .find(|x| x.name == c)
+            .unwrap()
+    }
+
+    #[test]
+    fn statements_that_are_not_ddl_on_a_captured_table_are_ignored() {
+        for sql in [
+            "BEGIN",
+            "COMMIT",
+            "SAVEPOINT a",
+            "ROLLBACK TO SAVEPOINT a",
+            "XA START 'x'",
+            "GRANT SELECT ON *.* TO 'u'@'%'",
+            "CREATE USER 'u'@'%' IDENTIFIED BY 'p'",
+            "ALTER USER 'u'@'%' IDENTIFIED BY 'q'",
+            "SET @a = 1",
+            "FLUSH TABLES",
+            "ANALYZE TABLE t",
+            "CREATE VIEW v AS SELECT 1",
+            "CREATE DEFINER=`root`@`%` VIEW v2 AS SELECT * FROM t",
+            "ALTER VIEW v AS SELECT 2",
+            "CREATE TRIGGER trg BEFORE INSERT ON t FOR EACH ROW SET @x = 1",
+            "CREATE PROCEDURE p() BEGIN SELECT 1; END",
+            "CREATE INDEX i ON t (v)",
+            "DROP INDEX i ON t",
+            "DROP VIEW v",
+            "CREATE TEMPORARY TABLE tmp (a int)",
+            "DROP TEMPORARY TABLE IF EXISTS tmp",
+            "CREATE TABLE other.x (a int)",
+            "ALTER TABLE other.x ADD b int",
+            "DROP TABLE other.x",
+            "",
+            "# only a comment",
+            "/* only a comment */",
+        ] {
+            let mut s = schemas(Flavor::MariaDb);
+            let before = s.clone();
+            let e = s.apply_ddl(Some("d"), sql, &filter()).unwrap();
+            assert!(e.is_none(), "{sql}: {e:?}");
+            assert!(!e.schemas_changed, "{sql}");
+            assert_eq!(s, before, "{sql}");
+        }
+    }
+
+    #[test]
+    fn first_keyword_test_is_cheap_and_right() {
+        assert!(!may_be_ddl("BEGIN"));
+        assert!(!may_be_ddl("  /* x */ COMMIT"));
+        assert!(may_be_ddl("/* x */ alter table t add c int"));
+        assert!(may_be_ddl("-- c\nDROP TABLE t"));
+        assert!(may_be_ddl("/*!40000 ALTER TABLE t DISABLE KEYS */"));
+        assert!(!may_be_ddl("CREATED"));
+    }
+
+    #[test]
+    fn mariadb_printing() {
+        let mut s = schemas(Flavor::MariaDb);
+        s.apply_ddl(
+            Some("d"),
+            "ALTER TABLE `d`.`t` ADD COLUMN a INT UNSIGNED NOT NULL DEFAULT '5' FIRST, \
+             ADD b TIMESTAMP(3) NULL DEFAULT CURRENT_TIMESTAMP(3), ADD c ENUM('x','y''z'), \
+             ADD e BOOL DEFAULT TRUE, ADD f DECIMAL(8,2) DEFAULT 1, ADD g YEAR",
+            &filter(),
+        )
+        .unwrap();
+        let t = s.get("d", "t").unwrap();
+        let names: Vec<&str> = t.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["a", "id", "v", "b", "c", "e", "f", "g"]);
+        assert_eq!(col(&s, "t", "a").column_type, "int(10) unsigned");
+        assert_eq!(col(&s, "t", "a").default.as_deref(), Some("5"));
+        assert!(!col(&s, "t", "a").nullable);
+        assert_eq!(
+            col(&s, "t", "b").default.as_deref(),
+            Some("current_timestamp(3)")
+        );
+        assert_eq!(col(&s, "t", "c").column_type, "enum('x','y''z')");
+        assert_eq!(col(&s, "t", "c").charset.as_deref(), Some("utf8mb4"));
+        assert_eq!(col(&s, "t", "c").default.as_deref(), Some("NULL"));
+        assert_eq!(col(&s, "t", "e").column_type, "tinyint(1)");
+        assert_eq!(col(&s, "t", "e").default.as_deref(), Some("1"));
+        assert_eq!(col(&s, "t", "f").default.as_deref(), Some("1.00"));
+        assert_eq!(col(&s, "t", "g").column_type, "year(4)");
+        assert_eq!(col(&s, "t", "id").default, None);
+        assert!(!col(&s, "t", "id").nullable);
+    }
+
+    #[test]
+    fn mysql8_printing() {
+        let mut s = schemas(Flavor::MySql8);
+        s.apply_ddl(
+            Some("d"),
+            "ALTER TABLE t ADD a INT UNSIGNED DEFAULT 5, ADD b TINYINT(1), ADD c INT(10) ZEROFILL, \
+             ADD e YEAR, ADF",
+            &filter(),
+        )
+        .unwrap_err();
+        s.apply_ddl(
+            Some("d"),
+            "ALTER TABLE t ADD a INT UNSIGNED DEFAULT 5, ADD b TINYINT(1), ADD c INT(10) ZEROFILL, \
+             ADD e YEAR, ADD f JSON, ADD g VARCHAR(3) DEFAULT 'x', ADD h DATETIME DEFAULT NOW()",
+            &filter(),
+        )
+        .unwrap();
+        assert_eq!(col(&s, "t", "id").column_type, "int");
+        assert_eq!(col(&s, "t", "a").column_type, "int unsigned");
+        assert_eq!(col(&s, "t", "a").default.as_deref(), Some("5"));
+        assert_eq!(col(&s, "t", "b").column_type, "tinyint(1)");
+        assert_eq!(col(&s, "t", "b").default, None);
+        assert_eq!(col(&s, "t", "c").column_type, "int(10) unsigned zerofill");
+        assert_eq!(col(&s, "t", "e").column_type, "year");
+        assert_eq!(col(&s, "t", "f").data_type, "json");
+        assert_eq!(col(&s, "t", "f").charset, None);
+        assert_eq!(col(&s, "t", "g").default.as_deref(), Some("x"));
+        assert_eq!(
+            col(&s, "t", "h").default.as_deref(),
+            Some("CURRENT_TIMESTAMP")
+        );
+    }
+
+    #[test]
+    fn a_statement_not_understood_is_an_error_naming_it_and_changes_nothing() {
+        let mut s = schemas(Flavor::MariaDb);
+        let before = s.clone();
+        let e = s
+            .apply_ddl(Some("d"), "ALTER TABLE t ADD x INT, FROBNICATE", &filter())
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("ALTER TABLE t ADD x INT, FROBNICATE"),
+            "{e}"
+        );
+        assert_eq!(e.table, Some(TableId::new("d", "t")));
+        assert!(!e.is_transient());
+        assert_eq!(s, before);
+        let e = s
+            .apply_ddl(Some("d"), "ALTER TABLE t ADD y GEOGRAPHY", &filter())
+            .unwrap_err();
+        assert!(e.reason.contains("geography"), "{e}");
+        // A rename of a table of unknown schema onto a captured name.
+        let e = s
+            .apply_ddl(None, "RENAME TABLE other.x TO d.t2", &filter())
+            .unwrap_err();
+        assert!(e.reason.contains("unknown"), "{e}");
+        // No database for an unqualified name.
+        assert!(s.apply_ddl(None, "DROP TABLE t", &filter()).is_err());
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn shadow_swaps_are_alterations() {
+        let mut s = schemas(Flavor::MariaDb);
+        let f = filter();
+        let e = s
+            .apply_ddl(Some("d"), "CREATE TABLE _t_gho LIKE t", &f)
+            .unwrap();
+        assert!(e.is_none() && e.schemas_changed);
+        s.apply_ddl(Some("d"), "ALTER TABLE _t_gho ADD COLUMN z int", &f)
+            .unwrap();
+        let e = s
+            .apply_ddl(Some("d"), "RENAME TABLE t TO _t_del, _t_gho TO t", &f)
+            .unwrap();
+        match &e.changes[..] {
+            [TableChange::Altered(t)] => assert_eq!(t.columns.len(), 3),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.get("d", "t").unwrap().columns.len(), 3);
+        let e = s.apply_ddl(Some("d"), "DROP TABLE _t_del", &f).unwrap();
+        assert!(e.is_none() && e.schemas_changed);
+        // A plain rename between captured names, and back out of the captured set.
+        let e = s.apply_ddl(Some("d"), "RENAME TABLE t TO u", &f).unwrap();
+        assert!(
+            matches!(&e.changes[..], [TableChange::Renamed { .. }]),
+            "{e:?}"
+        );
+        let e = s
+            .apply_ddl(Some("d"), "ALTER TABLE u RENAME TO _u_old", &f)
+            .unwrap();
+        assert!(matches!(&e.changes[..], [TableChange::Dropped(_)]), "{e:?}");
+        assert!(s.is_empty());
+        // The state survives the schema history's serialisation.
+        let back: Schemas = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn versioned_comments_partitions_and_if_not_exists() {
+        let mut s = schemas(Flavor::MariaDb);
+        let f = filter();
+        let e = s
+            .apply_ddl(
+                Some("d"),
+                "CREATE TABLE p (a int NOT NULL, PRIMARY KEY (a)) ENGINE=InnoDB /*!50100 PARTITION BY HASH (a) PARTITIONS 4 */",
+                &f,
+            )
+            .unwrap();
+        assert!(matches!(&e.changes[..], [TableChange::Created(t)] if t.key == ["a"]));
+        let e = s
+            .apply_ddl(Some("d"), "CREATE TABLE IF NOT EXISTS p (b int)", &f)
+            .unwrap();
+        assert!(e.is_none());
+        let e = s
+            .apply_ddl(
+                Some("d"),
+                "ALTER TABLE p ADD c int, DROP PARTITION p1, p2",
+                &f,
+            )
+            .unwrap();
+        assert!(matches!(&e.changes[..], [TableChange::Altered(t)] if t.columns.len() == 2));
+        let e = s.apply_ddl(Some("d"), "TRUNCATE p", &f).unwrap();
+        assert!(matches!(&e.changes[..], [TableChange::Truncated(_)]));
+        let e = s
+            .apply_ddl(Some("d"), "CREATE OR REPLACE TABLE p (z int)", &f)
+            .unwrap();
+        assert!(
+            matches!(
+                &e.changes[..],
+                [TableChange::Dropped(_), TableChange::Created(_)]
+            ),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn lexing() {
+        let t =
+            lex("a `b``c` 'd''e\\n' \"f\" 1.5e3 x'4142' b'01' -- x\n /*!50100 g */ #h").unwrap();
+        let texts: Vec<&str> = t.iter().map(|t| t.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            ["a", "b`c", "d'e\n", "f", "1.5e3", "4142", "01", "g"]
+        );
+        assert!(lex("'open").is_err());
+    }
 }
