@@ -384,3 +384,31 @@ async fn types_and_defaults_match_the_server() {
     }
     r.finish();
 }
+
+/// MariaDB before 10.10 (and MySQL 5.7) default to `explicit_defaults_for_timestamp = OFF`:
+/// TIMESTAMP columns are NOT NULL unless declared NULL, and the first one defaults to the
+/// current time.
+#[tokio::test]
+async fn legacy_timestamp_defaults_match_the_server() {
+    let my = MariaDbServer::start(
+        cdc_harness::MariaDbOptions::default().arg("--explicit-defaults-for-timestamp=0"),
+    )
+    .unwrap();
+    let mut r = Run::new(&my, only).await;
+    for sql in [
+        "CREATE TABLE ts1 (id int, a timestamp, b timestamp, c timestamp NULL, d timestamp(3), \
+         e timestamp DEFAULT '2020-01-01 00:00:00')",
+        "CREATE TABLE ts2 (id int, a timestamp ON UPDATE CURRENT_TIMESTAMP, b timestamp(2))",
+        "CREATE TABLE ts3 (id int, c timestamp NULL)",
+        "ALTER TABLE ts3 ADD COLUMN a timestamp",
+        "ALTER TABLE ts3 ADD COLUMN b timestamp(6) FIRST",
+        "ALTER TABLE ts3 MODIFY COLUMN a timestamp",
+        "CREATE TABLE ts4 (id int)",
+        "ALTER TABLE ts4 ADD COLUMN a timestamp, ADD COLUMN b timestamp",
+        "CREATE TABLE ts5 LIKE ts1",
+    ] {
+        r.step(sql).await;
+    }
+    r.finish();
+    my.stop().unwrap();
+}

@@ -796,7 +796,7 @@ impl Ctx<'_> {
             }
         } else {
             let db_charset = self.s.default_charset(&id.schema).map(str::to_string);
-            create_body(p, self.s.flavor, &id, db_charset)
+            create_body(p, self.s.dialect(), &id, db_charset)
         };
         let (table, charset) = match built {
             Ok(b) => b,
@@ -844,6 +844,8 @@ impl Ctx<'_> {
             charset: known.charset,
             rename: None,
             flavor: self.s.flavor,
+            legacy_ts: self.s.legacy_timestamps,
+            promotable: Vec::new(),
             db_charset: self.s.default_charset(&id.schema).map(str::to_string),
         };
         let mut rename_to = None;
@@ -861,6 +863,7 @@ impl Ctx<'_> {
                 return Ok(());
             }
         }
+        promote_first_timestamp(&mut alt.table, &alt.promotable, self.s.flavor);
         enforce_key_not_null(&mut alt.table, self.s.flavor);
         let changed = {
             let k = self.s.known(&id.schema, &id.name).expect("checked above");
@@ -916,7 +919,7 @@ fn charset_options(p: &mut P) -> Result<(Option<String>, Option<String>), String
 /// `( elements ) options [partitioning]` → the table and its default charset.
 fn create_body(
     p: &mut P,
-    flavor: Flavor,
+    dialect: Dialect,
     id: &TableId,
     db_charset: Option<String>,
 ) -> Result<(MyTable, Option<String>), String> {
@@ -941,6 +944,8 @@ fn create_body(
     // to the database's do not reach it.
     let charset = charset.or(db_charset);
     let table_cs = charset.clone();
+    let flavor = dialect.flavor;
+    let mut promotable = Vec::new();
     let mut table = MyTable {
         database: id.schema.clone(),
         name: id.name.clone(),
@@ -953,9 +958,12 @@ fn create_body(
                 table.key = pk;
             }
         } else {
-            let def = column_def(p, flavor, table_cs.as_deref())?;
+            let def = column_def(p, dialect, table_cs.as_deref())?;
             if def.primary {
                 table.key = vec![def.column.name.clone()];
+            }
+            if def.promotable {
+                promotable.push(def.column.name.clone());
             }
             table.columns.push(def.column);
         }
@@ -967,6 +975,7 @@ fn create_body(
     }
     p.i = end;
     fix_key_names(&mut table)?;
+    promote_first_timestamp(&mut table, &promotable, flavor);
     enforce_key_not_null(&mut table, flavor);
     Ok((table, charset))
 }
@@ -1090,6 +1099,9 @@ fn enforce_key_not_null(t: &mut MyTable, flavor: Flavor) {
 
 struct Alter {
     table: MyTable,
+    legacy_ts: bool,
+    /// Columns this statement (re)defined that [`promote_first_timestamp`] may promote.
+    promotable: Vec<String>,
     charset: Option<String>,
     rename: Option<(Option<String>, String)>,
     flavor: Flavor,
@@ -1097,6 +1109,13 @@ struct Alter {
 }
 
 impl Alter {
+    fn dialect(&self) -> Dialect {
+        Dialect {
+            flavor: self.flavor,
+            legacy_ts: self.legacy_ts,
+        }
+    }
+
     fn table_cs(&self) -> Option<String> {
         self.charset.clone().or_else(|| self.db_charset.clone())
     }
@@ -1177,7 +1196,7 @@ impl Alter {
             let cs = self.table_cs();
             if p.eat_sym("(") {
                 loop {
-                    let def = column_def(p, flavor, cs.as_deref())?;
+                    let def = column_def(p, self.dialect(), cs.as_deref())?;
                     self.add_column(def, if_not_exists, None)?;
                     if !p.eat_sym(",") {
                         break;
@@ -1186,7 +1205,7 @@ impl Alter {
                 p.expect_sym(")")?;
                 return Ok(());
             }
-            let def = column_def(p, flavor, cs.as_deref())?;
+            let def = column_def(p, self.dialect(), cs.as_deref())?;
             let pos = self.position(p)?;
             return self.add_column(def, if_not_exists, pos);
         }
@@ -1232,7 +1251,7 @@ impl Alter {
             p.eat_kw("COLUMN");
             let if_exists = p.eat_kws(&["IF", "EXISTS"]);
             let cs = self.table_cs();
-            let def = column_def(p, flavor, cs.as_deref())?;
+            let def = column_def(p, self.dialect(), cs.as_deref())?;
             let pos = self.position(p)?;
             let old = def.column.name.clone();
             return self.replace_column(&old, def, pos, if_exists);
@@ -1242,7 +1261,7 @@ impl Alter {
             let if_exists = p.eat_kws(&["IF", "EXISTS"]);
             let old = p.ident()?;
             let cs = self.table_cs();
-            let def = column_def(p, flavor, cs.as_deref())?;
+            let def = column_def(p, self.dialect(), cs.as_deref())?;
             let pos = self.position(p)?;
             return self.replace_column(&old, def, pos, if_exists);
         }
@@ -1403,6 +1422,9 @@ impl Alter {
             ));
         }
         let at = pos.unwrap_or(self.table.columns.len());
+        if def.promotable {
+            self.promotable.push(def.column.name.clone());
+        }
         if def.primary {
             self.table.key = vec![def.column.name.clone()];
         }
@@ -1431,7 +1453,10 @@ impl Alter {
             }
         }
         if def.primary {
-            self.table.key = vec![new_name];
+            self.table.key = vec![new_name.clone()];
+        }
+        if def.promotable {
+            self.promotable.push(new_name);
         }
         let at = match pos {
             // AFTER counts positions with the column removed.
@@ -1520,6 +1545,9 @@ impl P<'_> {
 
 struct ColDef {
     column: MyColumn,
+    /// A legacy TIMESTAMP (see [`promote_first_timestamp`]) declared NOT NULL without a
+    /// default or ON UPDATE.
+    promotable: bool,
     /// Inline PRIMARY KEY (or bare KEY).
     primary: bool,
 }
@@ -1544,7 +1572,43 @@ struct TypeSpec {
     width_given: bool,
 }
 
-fn column_def(p: &mut P, flavor: Flavor, table_cs: Option<&str>) -> Result<ColDef, String> {
+/// How the server reads column definitions.
+#[derive(Clone, Copy, Debug)]
+struct Dialect {
+    flavor: Flavor,
+    /// `explicit_defaults_for_timestamp = OFF`.
+    legacy_ts: bool,
+}
+
+impl Schemas {
+    fn dialect(&self) -> Dialect {
+        Dialect {
+            flavor: self.flavor,
+            legacy_ts: self.legacy_timestamps,
+        }
+    }
+}
+
+/// With `explicit_defaults_for_timestamp = OFF`, the table's first TIMESTAMP column, when
+/// this statement defined it NOT NULL without a default or ON UPDATE, defaults to the
+/// current time (the others got the zero timestamp in [`column_def`]).
+fn promote_first_timestamp(t: &mut MyTable, promotable: &[String], flavor: Flavor) {
+    let Some(c) = t.columns.iter_mut().find(|c| c.data_type == "timestamp") else {
+        return;
+    };
+    if promotable.iter().any(|n| n.eq_ignore_ascii_case(&c.name)) {
+        let fsp = TypeInfo::of(c).scale;
+        c.default = default_text(
+            flavor,
+            &TypeInfo::of(c),
+            DefaultValue::Now((fsp > 0).then_some(fsp)),
+            false,
+        );
+    }
+}
+
+fn column_def(p: &mut P, dialect: Dialect, table_cs: Option<&str>) -> Result<ColDef, String> {
+    let flavor = dialect.flavor;
     let name = p.ident()?;
     let mut spec = type_spec(p)?;
     let mut nullable: Option<bool> = None;
@@ -1552,6 +1616,7 @@ fn column_def(p: &mut P, flavor: Flavor, table_cs: Option<&str>) -> Result<ColDe
     let mut primary = false;
     let mut generated = false;
     let mut auto_increment = spec.serial;
+    let mut on_update = false;
     loop {
         if p.done() || p.is_sym(",") || p.is_sym(")") {
             break;
@@ -1576,6 +1641,10 @@ fn column_def(p: &mut P, flavor: Flavor, table_cs: Option<&str>) -> Result<ColDe
             nullable = Some(false);
         } else if p.eat_kw("NULL") {
             nullable = Some(true);
+        } else if p.eat_kws(&["SERIAL", "DEFAULT", "VALUE"]) {
+            // = NOT NULL AUTO_INCREMENT UNIQUE
+            nullable = Some(false);
+            auto_increment = true;
         } else if p.eat_kw("DEFAULT") {
             default = Some(default_value(p)?);
         } else if p.eat_kw("AUTO_INCREMENT") {
@@ -1598,6 +1667,7 @@ fn column_def(p: &mut P, flavor: Flavor, table_cs: Option<&str>) -> Result<ColDe
         } else if p.eat_kw("VIRTUAL") || p.eat_kw("STORED") || p.eat_kw("PERSISTENT") {
         } else if p.eat_kws(&["ON", "UPDATE"]) {
             default_value(p)?; // ON UPDATE CURRENT_TIMESTAMP: not a default
+            on_update = true;
         } else if p.eat_kw("CHECK") {
             p.skip_group();
         } else if p.eat_kw("CONSTRAINT") {
@@ -1648,8 +1718,18 @@ fn column_def(p: &mut P, flavor: Flavor, table_cs: Option<&str>) -> Result<ColDe
     if spec.serial || primary {
         nullable = Some(nullable.unwrap_or(false) && !primary && !spec.serial);
     }
-    let nullable = nullable.unwrap_or(true);
     let info = resolve_type(&spec, flavor, table_cs);
+    let legacy_ts = dialect.legacy_ts && info.data_type == "timestamp" && !generated;
+    let nullable = if legacy_ts {
+        // Legacy TIMESTAMPs are NOT NULL unless declared NULL.
+        nullable == Some(true)
+    } else {
+        nullable.unwrap_or(true)
+    };
+    let promotable = legacy_ts && !nullable && default.is_none() && !on_update;
+    if legacy_ts && !nullable && default.is_none() {
+        default = Some(DefaultValue::Str("0000-00-00 00:00:00".into()));
+    }
     let default = if auto_increment {
         None
     } else if generated {
@@ -1671,6 +1751,7 @@ fn column_def(p: &mut P, flavor: Flavor, table_cs: Option<&str>) -> Result<ColDe
             generated,
         },
         primary,
+        promotable,
     })
 }
 
@@ -2257,8 +2338,10 @@ fn default_text(flavor: Flavor, ty: &TypeInfo, d: DefaultValue, nullable: bool) 
         DefaultValue::Str(s) => Some(quote(&s)),
         DefaultValue::Num(n) => Some(quote(&n)),
         DefaultValue::Hex(h) => {
-            let bytes: Vec<u8> = (0..h.len() / 2)
-                .filter_map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok())
+            let bytes: Vec<u8> = h
+                .as_bytes()
+                .chunks(2)
+                .filter_map(|c| u8::from_str_radix(std::str::from_utf8(c).ok()?, 16).ok())
                 .collect();
             Some(quote(&String::from_utf8_lossy(&bytes)))
         }

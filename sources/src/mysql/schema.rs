@@ -128,6 +128,10 @@ pub struct Schemas {
     /// The server's `character_set_server`, for databases created without a charset.
     #[serde(default)]
     pub(crate) server_charset: Option<String>,
+    /// `explicit_defaults_for_timestamp = OFF` (MySQL 5.7, MariaDB before 10.10): TIMESTAMP
+    /// columns are NOT NULL unless declared NULL, and the first defaults to the current time.
+    #[serde(default)]
+    pub legacy_timestamps: bool,
 }
 
 impl Schemas {
@@ -142,12 +146,16 @@ impl Schemas {
     /// tables the filter captures (and of their shadow copies) from `information_schema`.
     pub async fn load(conn: &mut Conn, filter: &TableFilter) -> Result<Schemas, SchemaLoadError> {
         let err = SchemaLoadError::from_my;
-        let (version, server_charset): (String, Option<String>) = conn
-            .query_first("SELECT VERSION(), @@character_set_server")
+        let (version, server_charset, explicit_ts): (String, Option<String>, Option<String>) = conn
+            .query_first(
+                "SELECT VERSION(), @@character_set_server, @@explicit_defaults_for_timestamp",
+            )
             .await
             .map_err(err)?
             .unwrap_or_default();
         let mut s = Schemas::new(Flavor::from_version(&version));
+        s.legacy_timestamps =
+            explicit_ts.is_some_and(|v| v == "0" || v.eq_ignore_ascii_case("OFF"));
         s.server_charset = server_charset.map(|c| normalize_charset(&c));
         let rows: Vec<(String, Option<String>)> = conn
             .query(format!(
@@ -368,7 +376,8 @@ async fn read_tables(conn: &mut Conn) -> Result<Vec<(MyTable, Option<String>)>, 
             name: text(row, 2).unwrap_or_default(),
             data_type: text(row, 3).unwrap_or_default().to_ascii_lowercase(),
             column_type: text(row, 4).unwrap_or_default(),
-            charset: text(row, 5),
+            // `utf8` (MySQL < 8.0.30, MariaDB < 10.6) is `utf8mb3`, as DDL is read.
+            charset: text(row, 5).map(|c| normalize_charset(&c)),
             nullable: text(row, 6).is_some_and(|n| n.eq_ignore_ascii_case("YES")),
             default: text(row, 7),
             generated: is_generated_extra(&extra),
