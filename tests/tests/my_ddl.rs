@@ -76,13 +76,23 @@ impl Run {
         }
     }
 
-    /// `sql` with `%DB%` replaced by the test database's name.
+    /// `sql` with `%DB%` replaced by the test database's name, run in that database.
     async fn step(&mut self, sql: &str) -> DdlEffect {
+        let db = self.db.clone();
+        self.step_in(&db, sql).await
+    }
+
+    /// `sql` run with default database `current`.
+    async fn step_in(&mut self, current: &str, sql: &str) -> DdlEffect {
         let sql = sql.replace("%DB%", &self.db);
+        self.conn
+            .query_drop(format!("USE `{current}`"))
+            .await
+            .unwrap();
         if let Err(e) = self.conn.query_drop(&sql).await {
             panic!("the server rejected `{sql}`: {e}");
         }
-        let effect = match self.s.apply_ddl(Some(&self.db), &sql, &self.filter) {
+        let effect = match self.s.apply_ddl(Some(current), &sql, &self.filter) {
             Ok(e) => e,
             Err(e) => {
                 self.failures.push(format!("{sql}\n  error: {e}"));
@@ -242,6 +252,15 @@ async fn alter_table_matches_the_server() {
         "ALTER TABLE t4b RENAME t4c, ADD COLUMN q int",
         "ALTER TABLE t4c CHARACTER SET latin1, ADD COLUMN s varchar(2)",
         "ALTER TABLE t4c CONVERT TO CHARACTER SET utf8mb4",
+        "CREATE TABLE t5 (LIKE t4c)",
+        "ALTER TABLE t5 ADD COLUMN c INT /* a comment, with a comma */ AFTER a, ADD COLUMN c2 INT AFTER c",
+        "ALTER TABLE t5 DROP COLUMN q, ADD COLUMN q VARCHAR(3) NOT NULL FIRST",
+        "ALTER TABLE t5 ADD COLUMN j JSON, ADD COLUMN e ENUM('a','b') NOT NULL, ADD u uuid DEFAULT (uuid())",
+        "ALTER TABLE t5 MODIFY s VARCHAR(10) CHARACTER SET latin1 COLLATE latin1_bin NOT NULL",
+        "ALTER TABLE t5 ADD COLUMN id INT NOT NULL FIRST, ADD PRIMARY KEY (id)",
+        "ALTER TABLE t5 CHANGE COLUMN id id BIGINT NOT NULL AUTO_INCREMENT",
+        "ALTER TABLE t5 ALTER COLUMN s SET DEFAULT 'x', ALTER COLUMN e SET DEFAULT 'b'",
+        "ALTER TABLE t5 MODIFY COLUMN e ENUM('a','b','c') DEFAULT 'c' AFTER id",
     ] {
         r.step(sql).await;
     }
@@ -286,6 +305,10 @@ async fn rename_drop_truncate_and_databases_match_the_server() {
         .await;
     r.step(&format!("ALTER TABLE `{other}`.x ADD b text")).await;
     r.step(&format!("RENAME TABLE t1 TO `{other}`.t1")).await;
+    // Statements run with another default database.
+    r.step_in(&other, "ALTER TABLE t1 ADD COLUMN b int").await;
+    r.step_in(&other, "CREATE TABLE z LIKE `%DB%`.t2b").await;
+    r.step_in(&other, "RENAME TABLE z TO `%DB%`.z").await;
     let e = r.step(&format!("DROP DATABASE `{other}`")).await;
     assert_eq!(e.changes.len(), 3, "{e:?}");
     r.finish();
