@@ -61,6 +61,14 @@ pub enum TableChange {
     Dropped(TableId),
     /// TRUNCATE TABLE: every row gone, schema unchanged.
     Truncated(TableId),
+    /// Rows of the table were removed or moved by a partition operation that writes no row
+    /// events (`DROP`, `TRUNCATE`, `EXCHANGE`, `CONVERT PARTITION`, `CONVERT TABLE … TO
+    /// PARTITION`); its schema is unchanged. The stream cannot replay those rows.
+    PartitionRows {
+        table: TableId,
+        /// The operation, e.g. `DROP PARTITION`.
+        operation: String,
+    },
 }
 
 /// A DDL statement on a captured table that the source cannot follow. Definite.
@@ -138,7 +146,8 @@ impl Schemas {
             // Not lexable: only an error when it could concern a captured table, which we
             // cannot tell; such statements do not run on the server anyway.
             Err(reason) => {
-                tracing::debug!(%reason, "ignoring a QUERY event that does not tokenize");
+                // Not logged: the statement may hold secrets (CREATE USER … IDENTIFIED BY).
+                tracing::warn!(%reason, "ignoring a QUERY event that does not tokenize");
                 return Ok(DdlEffect::default());
             }
         };
@@ -843,16 +852,29 @@ impl Ctx<'_> {
             table: known.table,
             charset: known.charset,
             rename: None,
+            partition_rows: None,
+            exchanged_with: None,
+            converted_out: None,
+            converted_in: None,
             flavor: self.s.flavor,
             legacy_ts: self.s.legacy_timestamps,
             promotable: Vec::new(),
             db_charset: self.s.default_charset(&id.schema).map(str::to_string),
         };
-        let mut rename_to = None;
+        let (mut rename_to, mut exchanged, mut out, mut into) = (None, None, None, None);
         match alt.clauses(p) {
             Ok(()) => {
                 if let Some(q) = alt.rename.take() {
                     rename_to = Some(self.resolve(q)?);
+                }
+                if let Some(q) = alt.exchanged_with.take() {
+                    exchanged = Some(self.resolve(q)?);
+                }
+                if let Some(q) = alt.converted_out.take() {
+                    out = Some(self.resolve(q)?);
+                }
+                if let Some(q) = alt.converted_in.take() {
+                    into = Some(self.resolve(q)?);
                 }
             }
             Err(reason) if known.captured => return Err(self.err(Some(&id), reason)),
@@ -875,6 +897,37 @@ impl Ctx<'_> {
                 self.effect
                     .changes
                     .push(TableChange::Altered(alt.table.clone()));
+            }
+        }
+        if let Some(op) = alt.partition_rows {
+            for t in std::iter::once(&id).chain(exchanged.as_ref()) {
+                if self.s.get_id(t).is_some() {
+                    self.effect.changes.push(TableChange::PartitionRows {
+                        table: t.clone(),
+                        operation: op.into(),
+                    });
+                }
+            }
+        }
+        if let Some(x) = into {
+            if let Some(k) = self.s.take(&x.schema, &x.name) {
+                self.effect.schemas_changed = true;
+                if k.captured {
+                    self.effect.changes.push(TableChange::Dropped(x));
+                }
+            }
+        }
+        if let Some(x) = out {
+            let captured = matches!(self.target(&x), Target::Captured);
+            if captured || matches!(self.target(&x), Target::Shadow) {
+                let mut t = alt.table.clone();
+                t.database = x.schema.clone();
+                t.name = x.name.clone();
+                if captured {
+                    self.effect.changes.push(TableChange::Created(t.clone()));
+                }
+                self.s.put(t, alt.charset.clone(), captured);
+                self.effect.schemas_changed = true;
             }
         }
         self.s.put(alt.table, alt.charset, known.captured);
@@ -1104,6 +1157,14 @@ struct Alter {
     promotable: Vec<String>,
     charset: Option<String>,
     rename: Option<(Option<String>, String)>,
+    /// A partition operation that moves rows without row events.
+    partition_rows: Option<&'static str>,
+    /// `EXCHANGE PARTITION p WITH TABLE x`: x.
+    exchanged_with: Option<(Option<String>, String)>,
+    /// `CONVERT PARTITION p TO TABLE x`: x, created with this table's schema.
+    converted_out: Option<(Option<String>, String)>,
+    /// `CONVERT TABLE x TO PARTITION p …`: x, gone.
+    converted_in: Option<(Option<String>, String)>,
     flavor: Flavor,
     db_charset: Option<String>,
 }
@@ -1129,6 +1190,40 @@ impl Alter {
 
     fn clauses(&mut self, p: &mut P) -> Result<(), String> {
         while !p.done() {
+            if p.is_kws2("CONVERT", "PARTITION") {
+                p.i += 2;
+                p.ident()?;
+                p.expect_kw("TO")?;
+                p.expect_kw("TABLE")?;
+                self.converted_out = Some(p.qname()?);
+                self.partition_rows = Some("CONVERT PARTITION");
+                return Ok(());
+            }
+            if p.is_kws2("CONVERT", "TABLE") {
+                p.i += 2;
+                self.converted_in = Some(p.qname()?);
+                self.partition_rows = Some("CONVERT TABLE … TO PARTITION");
+                return Ok(());
+            }
+            if p.kw_at(1, "PARTITION") {
+                for op in ["DROP", "TRUNCATE", "EXCHANGE"] {
+                    if p.is_kw(op) {
+                        self.partition_rows = Some(match op {
+                            "DROP" => "DROP PARTITION",
+                            "TRUNCATE" => "TRUNCATE PARTITION",
+                            _ => "EXCHANGE PARTITION",
+                        });
+                    }
+                }
+                if p.is_kw("EXCHANGE") {
+                    p.i += 2;
+                    p.ident()?;
+                    p.expect_kw("WITH")?;
+                    p.expect_kw("TABLE")?;
+                    self.exchanged_with = Some(p.qname()?);
+                    return Ok(());
+                }
+            }
             if p.is_kw("PARTITION")
                 || p.is_kw("REMOVE")
                 || p.kw_at(1, "PARTITION")
@@ -2766,7 +2861,35 @@ mod tests {
                 &f,
             )
             .unwrap();
-        assert!(matches!(&e.changes[..], [TableChange::Altered(t)] if t.columns.len() == 2));
+        assert!(
+            matches!(&e.changes[..], [TableChange::Altered(t), TableChange::PartitionRows { operation, .. }]
+                if t.columns.len() == 2 && operation == "DROP PARTITION"),
+            "{e:?}"
+        );
+        s.apply_ddl(Some("d"), "CREATE TABLE x LIKE p", &f).unwrap();
+        let e = s
+            .apply_ddl(
+                Some("d"),
+                "ALTER TABLE p EXCHANGE PARTITION p0 WITH TABLE x",
+                &f,
+            )
+            .unwrap();
+        assert_eq!(e.changes.len(), 2, "{e:?}");
+        let e = s
+            .apply_ddl(
+                Some("d"),
+                "ALTER TABLE p CONVERT PARTITION p0 TO TABLE y",
+                &f,
+            )
+            .unwrap();
+        assert!(
+            matches!(&e.changes[..], [TableChange::PartitionRows { .. }, TableChange::Created(y)] if y.name == "y" && y.columns.len() == 2),
+            "{e:?}"
+        );
+        let e = s
+            .apply_ddl(Some("d"), "ALTER TABLE p COALESCE PARTITION 2", &f)
+            .unwrap();
+        assert!(e.is_none() && !e.schemas_changed, "{e:?}");
         let e = s.apply_ddl(Some("d"), "TRUNCATE p", &f).unwrap();
         assert!(matches!(&e.changes[..], [TableChange::Truncated(_)]));
         let e = s
