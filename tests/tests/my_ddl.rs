@@ -445,3 +445,37 @@ async fn legacy_timestamp_defaults_match_the_server() {
     r.finish();
     my.stop().unwrap();
 }
+
+/// Statements as mysqldump and migration tools write them.
+#[tokio::test]
+async fn dump_and_migration_tool_statements_match_the_server() {
+    let my = MariaDbServer::shared();
+    let mut r = Run::new(my, only).await;
+    for sql in [
+        "/*!40101 SET @saved_cs_client     = @@character_set_client */",
+        "/*!40101 SET character_set_client = utf8 */",
+        "CREATE TABLE `customers` (\n  `id` int(11) NOT NULL AUTO_INCREMENT,\n  `email` varchar(191) NOT NULL,\n  PRIMARY KEY (`id`),\n  UNIQUE KEY `email` (`email`)\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci",
+        "CREATE TABLE `orders` (\n  `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT,\n  `customer_id` int(11) NOT NULL,\n  `status` enum('new','paid','shipped') NOT NULL DEFAULT 'new',\n  `total` decimal(12,2) NOT NULL DEFAULT 0.00,\n  `note` text DEFAULT NULL,\n  `created_at` datetime NOT NULL DEFAULT current_timestamp(),\n  `updated_at` timestamp NOT NULL DEFAULT current_timestamp() ON UPDATE current_timestamp(),\n  PRIMARY KEY (`id`),\n  KEY `idx_customer` (`customer_id`),\n  CONSTRAINT `fk_c` FOREIGN KEY (`customer_id`) REFERENCES `customers` (`id`) ON DELETE CASCADE ON UPDATE NO ACTION\n) ENGINE=InnoDB AUTO_INCREMENT=5 DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci COMMENT='orders'",
+        "/*!40000 ALTER TABLE `orders` DISABLE KEYS */",
+        "/*!40000 ALTER TABLE `orders` ENABLE KEYS */",
+        "/*!40101 SET character_set_client = @saved_cs_client */",
+        "CREATE TABLE `schema_migrations` (`version` varchar(255) NOT NULL PRIMARY KEY)",
+        "ALTER TABLE `orders` ADD COLUMN `channel` varchar(255) DEFAULT 'web' NOT NULL",
+        "ALTER TABLE `orders` ALTER COLUMN `channel` DROP DEFAULT",
+        "ALTER TABLE `orders` ADD CONSTRAINT `uq_note` UNIQUE (`customer_id`, `channel`)",
+        "ALTER TABLE `orders` ADD FOREIGN KEY (`customer_id`) REFERENCES `customers`(`id`)",
+        "ALTER TABLE `orders` DROP FOREIGN KEY `fk_c`, DROP INDEX `idx_customer`",
+        "ALTER TABLE `orders` MODIFY `note` mediumtext COMMENT 'x' AFTER `status`",
+        "ALTER TABLE `orders` CHANGE `channel` `channel` varchar(255) COLLATE utf8mb4_bin NOT NULL",
+        "ALTER TABLE `orders` ADD `flags` set('a','b','c') NOT NULL DEFAULT 'a,c', ADD `score` double(5,2) DEFAULT -1.25",
+        "ALTER TABLE `orders` ADD INDEX `idx_created` (`created_at` DESC), ALGORITHM=INPLACE, LOCK=NONE",
+        "ALTER TABLE `orders` RENAME INDEX `idx_created` TO `idx_created_at`",
+        "ALTER TABLE orders ADD COLUMN IF NOT EXISTS `v2` INT NULL COMMENT 'added, twice' AFTER `total`",
+        "ALTER TABLE orders ADD COLUMN IF NOT EXISTS `v2` INT NULL COMMENT 'added, twice' AFTER `total`",
+        "ALTER TABLE orders DROP COLUMN IF EXISTS `v2`",
+        "ALTER TABLE orders DROP COLUMN IF EXISTS `v2`",
+    ] {
+        r.step(sql).await;
+    }
+    r.finish();
+}

@@ -176,10 +176,8 @@ fn collapse_swaps(changes: &mut Vec<TableChange>) {
                 .iter()
                 .position(|c| matches!(c, TableChange::Dropped(d) if *d == id))
             {
-                let TableChange::Created(t) = changes.remove(i) else {
-                    unreachable!()
-                };
-                changes[j] = TableChange::Altered(t);
+                changes[j] = TableChange::Altered(t.clone());
+                changes.remove(i);
                 continue;
             }
         }
@@ -1449,7 +1447,7 @@ impl Alter {
                 p.value()?;
             }
             for c in &mut self.table.columns {
-                convert_column(c, &cs, flavor);
+                convert_column(c, &cs);
             }
             self.charset = Some(cs);
             return Ok(());
@@ -2172,7 +2170,7 @@ fn resolve_type(s: &TypeSpec, flavor: Flavor, table_cs: Option<&str>) -> TypeInf
 
 /// CONVERT TO CHARACTER SET `cs` on one column: character columns take the charset; TEXT
 /// types grow to hold as many characters in the new charset.
-fn convert_column(c: &mut MyColumn, cs: &str, flavor: Flavor) {
+fn convert_column(c: &mut MyColumn, cs: &str) {
     let Some(old) = c.charset.clone() else {
         return;
     };
@@ -2201,7 +2199,6 @@ fn convert_column(c: &mut MyColumn, cs: &str, flavor: Flavor) {
             c.data_type = new;
         }
     }
-    let _ = flavor;
     c.charset = Some(cs.to_string());
 }
 
