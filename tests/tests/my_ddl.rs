@@ -479,3 +479,85 @@ async fn dump_and_migration_tool_statements_match_the_server() {
     }
     r.finish();
 }
+
+/// The QUERY events the server writes to its binlog (which may differ from the statements
+/// as sent: CREATE … SELECT, DROP of temporary and real tables together), applied in
+/// order, give the schemas `information_schema` shows afterwards.
+#[tokio::test]
+async fn binlog_query_events_replay_to_the_server_schemas() {
+    use futures_util::StreamExt;
+    use mysql_async::binlog::events::EventData;
+
+    let my = MariaDbServer::shared();
+    let db = my.create_database().await.unwrap();
+    let filter = only(&db);
+    let mut conn = my.root_conn().await.unwrap();
+    conn.query_drop(format!("USE `{db}`")).await.unwrap();
+    let mut s = Schemas::load(&mut conn, &filter).await.unwrap();
+    let status: mysql_async::Row = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .unwrap();
+    let file: String = status.get(0).unwrap();
+    let pos: u64 = status.get(1).unwrap();
+    for sql in [
+        "CREATE TABLE a (id int primary key, v varchar(5) DEFAULT 'q')",
+        "INSERT INTO a VALUES (1, 'x')",
+        "CREATE TABLE b SELECT * FROM a",
+        "CREATE TEMPORARY TABLE tmp (x int)",
+        "DROP TABLE tmp, b",
+        "CREATE TABLE c LIKE a",
+        "RENAME TABLE c TO d",
+        "ALTER TABLE d ADD z int, ALGORITHM=COPY",
+        "TRUNCATE d",
+        "ALTER TABLE a ADD COLUMN w JSON, MODIFY v varchar(9) NOT NULL",
+        "CREATE OR REPLACE TABLE d (k int)",
+        "DROP TABLE IF EXISTS d, nope",
+    ] {
+        conn.query_drop(sql).await.unwrap();
+    }
+    let expected = Schemas::load(&mut conn, &filter).await.unwrap();
+    let end: mysql_async::Row = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .unwrap();
+    let end_pos: u64 = end.get(1).unwrap();
+    conn.disconnect().await.unwrap();
+
+    let binlog = my.root_conn().await.unwrap();
+    let mut stream = binlog
+        .get_binlog_stream(
+            mysql_async::BinlogStreamRequest::new(4_000_042)
+                .with_filename(file.as_bytes())
+                .with_pos(pos)
+                .with_non_blocking(),
+        )
+        .await
+        .unwrap();
+    let mut queries = Vec::new();
+    while let Some(ev) = stream.next().await {
+        let ev = ev.unwrap();
+        if u64::from(ev.header().log_pos()) > end_pos {
+            break;
+        }
+        if let Ok(Some(EventData::QueryEvent(q))) = ev.read_data() {
+            let schema = q.schema().into_owned();
+            let query = q.query().into_owned();
+            let current = (!schema.is_empty()).then_some(schema.as_str());
+            if let Err(e) = s.apply_ddl(current, &query, &filter) {
+                panic!("binlog statement `{query}`: {e}");
+            }
+            queries.push(query);
+        }
+    }
+    let _ = stream.close().await;
+    assert!(
+        queries.iter().any(|q| q.starts_with("CREATE TABLE `b`")),
+        "CREATE … SELECT is logged with its columns in row format: {queries:#?}"
+    );
+    if let Some(d) = diff(&s, &expected) {
+        panic!("replaying {queries:#?}\n{d}");
+    }
+}
