@@ -1,7 +1,9 @@
 //! What the MySQL / MariaDB source knows of table schemas: loading them from
 //! `information_schema` ([`load_tables`], [`Schemas::load`]) and keeping them, per
 //! `(database, table)`, in [`Schemas`] — the state a schema history stores and the binlog's
-//! DDL ([`super::ddl`]) evolves.
+//! DDL ([`super::ddl`]) evolves. Besides the tables, [`Schemas`] keeps what DDL needs to
+//! print columns as the server does: the [`Flavor`], each database's default character
+//! set, and `explicit_defaults_for_timestamp`.
 //!
 //! Invariants:
 //! - [`Schemas`] holds every captured table's current [`MyTable`]; iteration and `get`
@@ -229,6 +231,22 @@ impl Schemas {
 
     pub fn is_empty(&self) -> bool {
         self.iter().next().is_none()
+    }
+
+    /// Re-applies a (possibly changed) filter to a restored state: captured tables the
+    /// filter no longer accepts are kept as uncaptured; known uncaptured tables it now
+    /// accepts become captured. Returns those newly captured (they need a snapshot); a
+    /// newly accepted table the state never knew is not here: load it.
+    pub fn refilter(&mut self, filter: &TableFilter) -> Vec<TableId> {
+        let mut newly = Vec::new();
+        for k in self.tables.values_mut().flat_map(|m| m.values_mut()) {
+            let now = filter.includes(&k.table.id());
+            if now && !k.captured {
+                newly.push(k.table.id());
+            }
+            k.captured = now;
+        }
+        newly
     }
 
     /// The default character set of `database` (as `information_schema.SCHEMATA` or the
@@ -484,6 +502,10 @@ mod tests {
         let json = serde_json::to_string(&s).unwrap();
         let back: Schemas = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);
+        let newly = s.refilter(&TableFilter::new(&["d._*".into()], &[]));
+        assert_eq!(newly, vec![TableId::new("d", "_t_gho")]);
+        assert!(s.get("d", "t").is_none());
+        s.refilter(&TableFilter::new(&["d.t".into()], &[]));
         assert!(s.remove("d", "t").is_some());
         assert!(s.is_empty());
     }
