@@ -6,7 +6,9 @@
 pub mod check;
 pub mod config;
 pub mod conn;
+pub mod ddl;
 pub mod decode;
+pub mod schema;
 pub mod table;
 
 pub use conn::{MySqlConnectError, MySqlEndpoint};
