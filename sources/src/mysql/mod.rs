@@ -7,6 +7,7 @@ pub mod check;
 pub mod config;
 pub mod conn;
 pub mod decode;
+pub mod retention;
 pub mod table;
 
 pub use conn::{MySqlConnectError, MySqlEndpoint};
