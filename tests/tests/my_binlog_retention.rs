@@ -147,6 +147,14 @@ async fn file_positions_retained_then_purged() {
     assert_eq!(watch.metrics.files_retained.get(), 5);
     assert_eq!(watch.metrics.behind_files.get(), 2);
 
+    // A file closed before the watch started: its successor's creation time says.
+    let m = watch.check(&mut cdc, &ours).await.unwrap();
+    match m.expires_in {
+        Expiry::In(s) => assert!(s > 0 && s <= 86_400, "{s}"),
+        other => panic!("the age of {second} should have been read: {other:?}"),
+    }
+    assert_eq!(watch.metrics.behind_files.get(), 4);
+
     // Purge up to the third file: our position's file is gone.
     let third = names[2].to_string();
     purge_to(&mut root, &third).await;

@@ -23,13 +23,16 @@
 //!   it names, nothing of a domain it does not name" (what `BINLOG_GTID_POS` and the
 //!   stream record). A domain the oldest file's GTID list names but the position does not
 //!   was therefore (partly) purged before we read it.
-//! - File age: `SHOW BINLOG EVENTS` has no timestamp column, and reading a file's
-//!   Format_description event would need a binlog dump (a replication connection). The
-//!   server purges a file by its modification time, i.e. when it was closed (rotated), so
-//!   the watch *tracks* rotations instead: a file seen as the current one at a check and
-//!   closed at the next is taken as closed at the earlier check (the conservative end).
-//!   A file already closed when the watch started has an unknown age ([`Expiry::Unknown`]);
-//!   the current file expires no sooner than one full retention period from now.
+//! - File age: the server purges a file by its modification time, i.e. when it was
+//!   closed (rotated), which is when its successor was created. `SHOW BINLOG EVENTS` has
+//!   no timestamp column, so [`RetentionWatch`] learns it two ways: it *tracks* rotations
+//!   (a file seen as the current one at a check and closed at the next is taken as closed
+//!   at the earlier check, the conservative end), and for the file holding the position,
+//!   when it was already closed before the watch started, it reads the header timestamp
+//!   of its successor's Format_description event once, through a short non-blocking
+//!   binlog dump on a connection of its own ([`file_created_at`]; needs REPLICATION
+//!   SLAVE, which the source has anyway). Without either the age is [`Expiry::Unknown`].
+//!   The current file expires no sooner than one full retention period from now.
 //! - Every time is the server's clock (`UNIX_TIMESTAMP()`), the clock it purges by.
 
 use std::collections::BTreeMap;
@@ -400,6 +403,51 @@ pub async fn inspect(conn: &mut Conn) -> Result<ServerBinlogs, RetentionError> {
     })
 }
 
+/// When the server created binlog `file`: the header timestamp (server clock) of the
+/// file's Format_description event, read by a non-blocking binlog dump from `file:4` on
+/// a new connection made with `conn`'s options (so `conn` stays usable). Registers as
+/// server id 0, which servers treat as a one-shot reader (no replica is displaced). Needs
+/// REPLICATION SLAVE. At most a few events are read; bounded by a 10 s timeout.
+pub async fn file_created_at(conn: &Conn, file: &str) -> Result<i64, RetentionError> {
+    use futures_util::StreamExt;
+    use mysql_async::binlog::EventType;
+    const DUMP: &str = "COM_BINLOG_DUMP";
+    let opts = conn.opts().clone();
+    let work = async {
+        let c = Conn::new(opts).await.map_err(classify(DUMP, "", None))?;
+        let req = mysql_async::BinlogStreamRequest::new(0)
+            .with_filename(file.as_bytes())
+            .with_pos(4u64)
+            .with_non_blocking();
+        let mut stream = c
+            .get_binlog_stream(req)
+            .await
+            .map_err(classify(DUMP, "", None))?;
+        let mut found = None;
+        // A fake Rotate (timestamp 0) comes first, then the file's own events.
+        for _ in 0..4 {
+            let Some(ev) = stream.next().await else { break };
+            let ev = ev.map_err(classify(DUMP, "", None))?;
+            if ev.header().event_type() == Ok(EventType::FORMAT_DESCRIPTION_EVENT) {
+                found = Some(ev.header().timestamp() as i64);
+                break;
+            }
+        }
+        let _ = stream.close().await;
+        found.ok_or_else(|| RetentionError::Unexpected {
+            statement: DUMP,
+            detail: format!("no Format_description event at the start of {file}"),
+        })
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(10), work).await {
+        Ok(r) => r,
+        Err(_) => Err(RetentionError::Unexpected {
+            statement: DUMP,
+            detail: "no answer within 10 s".into(),
+        }),
+    }
+}
+
 /// MySQL 8.0 and MariaDB 10.6+: `binlog_expire_logs_seconds` wins when set; else
 /// `expire_logs_days` (fractional on MariaDB); 0 is "never". MySQL 8.0.29+
 /// `binlog_expire_logs_auto_purge = OFF` turns expiry off whatever the period.
@@ -753,6 +801,8 @@ pub struct RetentionWatch {
     /// the current file (it was closed after that).
     closed_after: BTreeMap<String, i64>,
     alarmed: bool,
+    /// The last file whose creation time was read (or tried) by [`file_created_at`].
+    probed: Option<String>,
 }
 
 impl RetentionWatch {
@@ -763,6 +813,7 @@ impl RetentionWatch {
             last_current: None,
             closed_after: BTreeMap::new(),
             alarmed: false,
+            probed: None,
         }
     }
 
@@ -780,6 +831,7 @@ impl RetentionWatch {
     ) -> Result<Margin, RetentionError> {
         let mut server = inspect(conn).await?;
         self.track(&mut server);
+        self.learn_age(conn, &mut server, pos).await;
         let m = margin(&server, pos);
         self.observe(&server, pos, &m);
         Ok(m)
@@ -813,6 +865,37 @@ impl RetentionWatch {
             }
         }
         self.last_current = Some((server.current_file.clone(), server.now));
+    }
+
+    /// When the file holding `pos` is closed and its close time unknown (it closed before
+    /// the watch started), reads its successor's creation time once ([`file_created_at`]).
+    /// A failure leaves the age unknown and is retried at the next check.
+    async fn learn_age(&mut self, conn: &Conn, server: &mut ServerBinlogs, pos: &MySqlPosition) {
+        if server.retention.expire_seconds.is_none() {
+            return;
+        }
+        let Some(i) = server.files.iter().position(|f| f.name == pos.file) else {
+            return;
+        };
+        if server.files[i].closed_after.is_some() || i + 1 >= server.files.len() {
+            return;
+        }
+        let next = server.files[i + 1].name.clone();
+        if self.probed.as_deref() == Some(next.as_str()) {
+            return; // tried and failed: not every minute
+        }
+        self.probed = Some(next.clone());
+        match file_created_at(conn, &next).await {
+            Ok(t) => {
+                // One second off: the timestamp has whole seconds, the mtime is finer.
+                let t = t - 1;
+                self.closed_after.insert(pos.file.clone(), t);
+                server.files[i].closed_after = Some(t);
+            }
+            Err(e) => {
+                tracing::debug!(file = %next, error = %e, "cannot read the binlog file's creation time")
+            }
+        }
     }
 
     fn observe(&mut self, server: &ServerBinlogs, pos: &MySqlPosition, m: &Margin) {
