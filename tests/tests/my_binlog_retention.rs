@@ -154,6 +154,21 @@ async fn file_positions_retained_then_purged() {
         other => panic!("the age of {second} should have been read: {other:?}"),
     }
     assert_eq!(watch.metrics.behind_files.get(), 4);
+    assert_eq!(watch.metrics.margin_alarm.get(), 0);
+    // Move this session's clock (which inspect reads) 23.5 hours on: half an hour left,
+    // below the one-hour threshold. Then back: the alarm clears.
+    cdc.query_drop("SET @@session.timestamp = UNIX_TIMESTAMP() + 84600")
+        .await
+        .unwrap();
+    let m = watch.check(&mut cdc, &ours).await.unwrap();
+    assert!(matches!(m.expires_in, Expiry::In(s) if s < 3600), "{m:?}");
+    assert!(m.retained);
+    assert_eq!(watch.metrics.margin_alarm.get(), 1);
+    cdc.query_drop("SET @@session.timestamp = DEFAULT")
+        .await
+        .unwrap();
+    watch.check(&mut cdc, &ours).await.unwrap();
+    assert_eq!(watch.metrics.margin_alarm.get(), 0);
 
     // Purge up to the third file: our position's file is gone.
     let third = names[2].to_string();

@@ -157,6 +157,17 @@ pub enum Expiry {
     Unknown,
 }
 
+impl std::fmt::Display for Expiry {
+    /// Seconds, or `never` / `unknown` (for logs).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expiry::Never => f.write_str("never"),
+            Expiry::In(s) => write!(f, "{s}"),
+            Expiry::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
 /// Where a position stands against the server's binlogs; see [`margin`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Margin {
@@ -203,7 +214,9 @@ fn classify<'a>(
             RetentionError::Privilege {
                 statement,
                 grant: match (flavor, statement) {
-                    (Some(Flavor::MySql), "SHOW BINLOG EVENTS") => "REPLICATION SLAVE",
+                    (_, "COM_BINLOG_DUMP") | (Some(Flavor::MySql), "SHOW BINLOG EVENTS") => {
+                        "REPLICATION SLAVE"
+                    }
                     (Some(Flavor::MySql), _) => "REPLICATION CLIENT",
                     // MariaDB 10.5+: BINLOG MONITOR (REPLICATION CLIENT is its old name).
                     _ => "BINLOG MONITOR",
@@ -932,7 +945,7 @@ impl RetentionWatch {
                 }
                 None => tracing::warn!(
                     file = %pos.file,
-                    margin_seconds = ?m.expires_in,
+                    margin_seconds = %m.expires_in,
                     threshold_seconds = ?self.threshold_seconds,
                     expire_seconds = ?server.retention.expire_seconds,
                     behind_bytes = m.bytes_ahead,
@@ -942,7 +955,7 @@ impl RetentionWatch {
         } else if !low && self.alarmed {
             tracing::info!(
                 file = %pos.file,
-                margin_seconds = ?m.expires_in,
+                margin_seconds = %m.expires_in,
                 "binlog retention: the margin is back above the threshold"
             );
         }
@@ -953,7 +966,7 @@ impl RetentionWatch {
             files_ahead = m.files_ahead,
             bytes_ahead = m.bytes_ahead,
             files_before = m.files_before,
-            margin_seconds = ?m.expires_in,
+            margin_seconds = %m.expires_in,
             "binlog retention checked"
         );
     }
