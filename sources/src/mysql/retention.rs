@@ -554,7 +554,7 @@ fn add_range(set: &mut GtidSet, uuid: &str, tag: &str, a: u64, b: u64) {
 /// Retained or purged: by GTIDs when both sides have them (MySQL: `gtid_purged` must be
 /// within the position's set; MariaDB: in every domain of the oldest file's GTID list the
 /// position must be at or past that GTID), by file name otherwise (the position's file
-/// must still be listed). Counts are from the position's file and offset; a position
+/// must still be listed; an empty GTID set counts as none). Counts are from the position's file and offset; a position
 /// retained by GTID whose file is not listed counts every file as ahead.
 pub fn margin(server: &ServerBinlogs, pos: &MySqlPosition) -> Margin {
     let total: u64 = server.files.iter().map(|f| file_len(server, f)).sum();
@@ -582,8 +582,11 @@ pub fn margin(server: &ServerBinlogs, pos: &MySqlPosition) -> Margin {
         }
     };
 
-    // GTIDs decide when both sides have them.
-    let by_gtid: Option<(Option<String>, String)> = match (&server.gtids, &pos.gtid_set) {
+    // GTIDs decide when both sides have them. An empty set is no GTID position: the
+    // stream resumes such a position by file:pos (and "" reads back as an empty MySQL set
+    // whatever its dialect was), so the file decides for it too.
+    let ours = pos.gtid_set.as_ref().filter(|g| !g.is_empty());
+    let by_gtid: Option<(Option<String>, String)> = match (&server.gtids, ours) {
         (ServerGtids::MySql { purged, .. }, Some(ours @ GtidSet::MySql(_))) => {
             let lost = mysql_minus(purged, ours);
             Some((
@@ -1087,8 +1090,10 @@ mod tests {
             m.purged.unwrap().lost_gtids.as_deref(),
             Some(format!("{U1}:4-5:8-10").as_str())
         );
-        // A file:pos-only position against a GTID server: by file.
+        // A file:pos-only position against a GTID server: by file; an empty set too.
         assert!(margin(&s, &at("b.000003", 4, None)).retained);
+        assert!(margin(&s, &at("b.000003", 4, Some(""))).retained);
+        assert!(!margin(&s, &at("b.000001", 4, Some(""))).retained);
     }
 
     #[test]
