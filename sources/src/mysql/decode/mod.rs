@@ -439,6 +439,20 @@ pub fn text_value(c: &MyColumn, v: Option<&[u8]>, opts: &DecodeOptions) -> Value
     ColumnDecoder::new(c).text(v, opts)
 }
 
+/// The expression a snapshot `SELECT` should read `c` with, given its quoted name
+/// (`` `f` ``): the name itself, except for FLOAT, which the text protocol prints with
+/// six significant digits (`3.14159` for the stored `3.1415927`): `` `f` + 0E0 `` widens
+/// it to DOUBLE exactly, printed in full, and [`text_value`] reads the single-precision
+/// number back unchanged. (MySQL 5.7 and MariaDB both accept `+ 0E0`; `CAST(… AS
+/// DOUBLE)` needs MySQL 8.0.17.)
+pub fn select_expr<'a>(c: &MyColumn, quoted_name: &'a str) -> std::borrow::Cow<'a, str> {
+    if c.data_type.eq_ignore_ascii_case("float") {
+        std::borrow::Cow::Owned(format!("{quoted_name} + 0E0"))
+    } else {
+        std::borrow::Cow::Borrowed(quoted_name)
+    }
+}
+
 /// The column's kind and core type, from `information_schema`'s DATA_TYPE and
 /// COLUMN_TYPE.
 fn resolve(c: &MyColumn) -> (Kind, ColumnType) {
@@ -566,8 +580,8 @@ fn fsp(ct: &str) -> u8 {
 }
 
 /// The members of `enum('a','b''c')` / `set(...)` as the server prints them in
-/// COLUMN_TYPE: single-quoted, a quote inside doubled; a backslash is kept as is
-/// (MySQL and MariaDB print the stored member without escaping it).
+/// COLUMN_TYPE: single-quoted, a quote inside doubled, and a backslash, NUL, newline,
+/// carriage return and Ctrl-Z escaped with a backslash (`\\`, `\0`, `\n`, `\r`, `\Z`).
 pub fn members(column_type: &str, keyword: &str) -> Vec<String> {
     let t = column_type.trim();
     let Some(body) = t
@@ -596,6 +610,16 @@ pub fn members(column_type: &str, keyword: &str) -> Vec<String> {
                     m.push('\'');
                 }
                 Some('\'') | None => break,
+                Some('\\') => match chars.next() {
+                    Some('0') => m.push('\0'),
+                    Some('n') => m.push('\n'),
+                    Some('r') => m.push('\r'),
+                    Some('t') => m.push('\t'),
+                    Some('b') => m.push('\u{8}'),
+                    Some('Z') => m.push('\u{1a}'),
+                    Some(c) => m.push(c),
+                    None => break,
+                },
                 Some(c) => m.push(c),
             }
         }

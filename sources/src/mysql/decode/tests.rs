@@ -152,7 +152,10 @@ fn enum_and_set_member_quoting() {
         members("enum('a','b''c','','x,y',' sp ')", "enum"),
         vec!["a", "b'c", "", "x,y", " sp "]
     );
-    assert_eq!(members("set('it''s','\\n')", "set"), vec!["it's", "\\n"]);
+    assert_eq!(
+        members(r"set('it''s','a\nb','\\','\0\r\Z')", "set"),
+        vec!["it's", "a\nb", "\\", "\0\r\u{1a}"]
+    );
     assert_eq!(members("ENUM('A')", "enum"), vec!["A"]);
     assert!(members("enum()", "enum").is_empty());
     assert!(members("varchar(3)", "enum").is_empty());
