@@ -5,7 +5,8 @@
 //! same `Value` per column, and that value must be the exact expected one.
 
 use cdc_harness::MariaDbServer;
-use cdc_schemas::{Decimal, Value};
+use cdc_schemas::encode::{ConnectorKind, Encoder, EncoderConfig, RecordFormat, SourceInfo};
+use cdc_schemas::{ChangeEvent, Decimal, MySqlPosition, Row, SourcePosition, Value};
 use cdc_sources::mysql::decode::{self, DecodeOptions, TableDecoder, ZeroDateMode};
 use cdc_sources::mysql::table::{MyColumn, MyTable};
 use futures_util::StreamExt;
@@ -435,6 +436,8 @@ async fn every_type_same_value_from_select_and_binlog() {
         }
     }
 
+    encode_as_debezium(&table, &from_binlog[0]);
+
     // Raw zero dates: the server's text, the same from both paths.
     for (i, c) in cols.iter().enumerate() {
         let (t, b) = (&raw_text[2][i], &raw_binlog[2][i]);
@@ -447,4 +450,131 @@ async fn every_type_same_value_from_select_and_binlog() {
             None => assert_eq!(*t, expected(3, &c.name), "column {}", c.name),
         }
     }
+}
+
+/// Row 1 through the encoder (MariaDB, JSON with schemas): each field's Connect schema
+/// and value as Debezium 3.6's MySQL/MariaDB connector writes them.
+fn encode_as_debezium(table: &MyTable, row: &[Value]) {
+    let schema = table.schema().unwrap();
+    let cfg = EncoderConfig::new(
+        SourceInfo::new(ConnectorKind::MariaDb, "srv", ""),
+        RecordFormat::Json {
+            schemas_enable: true,
+        },
+    );
+    let enc = Encoder::new(&cfg, &schema).unwrap();
+    let ev = ChangeEvent::create(
+        schema.clone(),
+        Row::new(row.to_vec()),
+        SourcePosition::Mysql(MySqlPosition::default()),
+        0,
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    enc.encode_value_at(&ev, 0, &mut out).unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let after = &j["payload"]["after"];
+    let fields = j["schema"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["field"] == "after")
+        .unwrap()["fields"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let field = |name: &str| fields.iter().find(|f| f["field"] == name).unwrap().clone();
+    let check = |name: &str, ty: &str, semantic: Option<&str>, value: serde_json::Value| {
+        let f = field(name);
+        assert_eq!(f["type"], ty, "{name}: {f}");
+        assert_eq!(f["name"].as_str(), semantic, "{name}: {f}");
+        assert_eq!(after[name], value, "{name}");
+    };
+    use serde_json::json;
+    check("ti", "int16", None, json!(127));
+    check("tiu", "int16", None, json!(255));
+    check("siu", "int32", None, json!(65535));
+    check("miu", "int32", None, json!(16777215));
+    check("iu", "int64", None, json!(4294967295u32));
+    // bigint.unsigned.handling.mode=long: Debezium wraps (the exact value goes in a header).
+    check("biu", "int64", None, json!(-1));
+    check(
+        "d10",
+        "bytes",
+        Some("org.apache.kafka.connect.data.Decimal"),
+        json!("AlQL4/8="), // 9999999999 unscaled
+    );
+    assert_eq!(field("d65")["parameters"]["scale"], "30");
+    assert_eq!(
+        field("d65")["parameters"]["connect.decimal.precision"],
+        "65"
+    );
+    check("f", "float", None, json!(1234.5677)); // the float's shortest text
+    check("dbl", "double", None, json!(f64::MAX));
+    check("b1", "boolean", None, json!(true));
+    check("b10", "bytes", Some("io.debezium.data.Bits"), json!("AQI="));
+    assert_eq!(field("b10")["parameters"]["length"], "10");
+    check("dt", "int32", Some("io.debezium.time.Date"), json!(2932896));
+    check(
+        "dtm0",
+        "int64",
+        Some("io.debezium.time.Timestamp"),
+        json!(253402300799000i64),
+    );
+    check(
+        "dtm3",
+        "int64",
+        Some("io.debezium.time.Timestamp"),
+        json!(1709210096789i64),
+    );
+    check(
+        "dtm6",
+        "int64",
+        Some("io.debezium.time.MicroTimestamp"),
+        json!(-30610224000000000i64 + 1),
+    );
+    check(
+        "ts0",
+        "string",
+        Some("io.debezium.time.ZonedTimestamp"),
+        json!("2038-01-19T03:14:07Z"),
+    );
+    check(
+        "ts6",
+        "string",
+        Some("io.debezium.time.ZonedTimestamp"),
+        json!("1970-01-01T00:00:01.000001Z"),
+    );
+    check(
+        "tm0",
+        "int64",
+        Some("io.debezium.time.MicroTime"),
+        json!(3020399000000i64),
+    );
+    check("y", "int32", Some("io.debezium.time.Year"), json!(2155));
+    check("e", "string", Some("io.debezium.data.Enum"), json!("b'c"));
+    assert_eq!(field("e")["parameters"]["allowed"], "a,b'c,x,y,\\");
+    check(
+        "s",
+        "string",
+        Some("io.debezium.data.EnumSet"),
+        json!("p,s"),
+    );
+    // MariaDB's JSON is LONGTEXT: a plain string, as Debezium's MariaDB connector has it.
+    check("j", "string", None, json!(r#"{"a": [1, "x"]}"#));
+    check("bin4", "bytes", None, json!("YQAAAA=="));
+    check("c_latin1", "string", None, json!("café €‰"));
+    let g = field("g");
+    assert_eq!(g["type"], "struct");
+    assert_eq!(g["name"], "io.debezium.data.geometry.Geometry");
+    assert_eq!(after["g"]["srid"], 4326);
+    assert_eq!(
+        after["g"]["wkb"],
+        "AQIAAAACAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAPA/AAAAAAAA8D8="
+    );
+    let p = field("p");
+    assert_eq!(p["name"], "io.debezium.data.geometry.Point");
+    assert_eq!(after["p"]["x"], 1.0);
+    assert_eq!(after["p"]["y"], 2.0);
+    assert_eq!(after["p"]["srid"], serde_json::Value::Null);
 }

@@ -29,7 +29,7 @@
 //! | ENUM, SET | `Enum`, `Set` | `Text` (member names, SET's joined by `,`) |
 //! | JSON (MySQL) | `Json` | `Json` (MySQL's text of it) |
 //! | JSON (MariaDB: LONGTEXT) | `Text` | `Text` |
-//! | GEOMETRY, POINT, … | `Bytes` | `Bytes`: MySQL's internal form, a 4-byte little-endian SRID then WKB |
+//! | GEOMETRY, LINESTRING, …; POINT | `Geometry{point}` | `Bytes`: MySQL's internal form, a 4-byte little-endian SRID then WKB |
 //!
 //! Time zones: a binlog TIMESTAMP is seconds since the epoch (UTC); the snapshot session
 //! runs with `time_zone = '+00:00'`, so its TIMESTAMP text is UTC too. DATETIME has no
@@ -554,9 +554,12 @@ fn resolve(c: &MyColumn) -> (Kind, ColumnType) {
         }
         "json" => (Kind::Json, ColumnType::Json),
         "geometry" | "point" | "linestring" | "polygon" | "multipoint" | "multilinestring"
-        | "multipolygon" | "geometrycollection" | "geomcollection" => {
-            (Kind::Geometry, ColumnType::Bytes)
-        }
+        | "multipolygon" | "geometrycollection" | "geomcollection" => (
+            Kind::Geometry,
+            ColumnType::Geometry {
+                point: dt == "point",
+            },
+        ),
         other => (
             Kind::Unknown,
             ColumnType::Unknown {

@@ -110,7 +110,17 @@ fn column_types() {
         ("year", "year(4)", ColumnType::Year),
         ("varbinary", "varbinary(10)", ColumnType::Bytes),
         ("json", "json", ColumnType::Json),
-        ("geometry", "geometry", ColumnType::Bytes),
+        (
+            "geometry",
+            "geometry",
+            ColumnType::Geometry { point: false },
+        ),
+        ("point", "point", ColumnType::Geometry { point: true }),
+        (
+            "linestring",
+            "linestring",
+            ColumnType::Geometry { point: false },
+        ),
         (
             "set",
             "set('a','b')",
