@@ -680,11 +680,48 @@ fn parse_int(b: &[u8]) -> Option<(bool, u64)> {
     Some((neg, v))
 }
 
+/// `[-]digits[.digits]` (the server's and mysql_common's DECIMAL text) as a decimal with
+/// exactly the printed scale; up to 38 digits without going through a string.
 fn decimal_text(b: &[u8]) -> Value {
+    if let Some(d) = small_decimal(b) {
+        return Value::Decimal(d);
+    }
     match std::str::from_utf8(b).ok().map(Decimal::from_str) {
         Some(Ok(d)) => Value::Decimal(d),
         _ => unparsed(b),
     }
+}
+
+fn small_decimal(b: &[u8]) -> Option<Decimal> {
+    let (neg, digits) = match b.first()? {
+        b'-' => (true, &b[1..]),
+        _ => (false, b),
+    };
+    // 38 digits always fit an i128.
+    if digits.is_empty() || digits.len() > 38 {
+        return None;
+    }
+    let mut v: i128 = 0;
+    let mut scale: Option<u32> = None;
+    let mut any = false;
+    for &c in digits {
+        match c {
+            b'0'..=b'9' => {
+                any = true;
+                v = v * 10 + (c - b'0') as i128;
+                if let Some(s) = scale.as_mut() {
+                    *s += 1;
+                }
+            }
+            b'.' if scale.is_none() => scale = Some(0),
+            _ => return None,
+        }
+    }
+    if !any {
+        return None;
+    }
+    let unscaled = if neg { -v } else { v };
+    Some(Decimal::new(unscaled.into(), scale.unwrap_or(0)))
 }
 
 /// BIT(len) as stored (big-endian, right-aligned in `ceil(len / 8)` bytes) into
