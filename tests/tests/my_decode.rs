@@ -34,14 +34,15 @@ const DDL: &str = r"CREATE TABLE t (
   j JSON,
   g GEOMETRY, p POINT,
   gen_v INT AS (ti + 1) VIRTUAL, gen_s VARCHAR(30) AS (CONCAT(c_utf8, '!')) STORED,
-  dz DATE NOT NULL DEFAULT '2000-01-01'
+  dz DATE NOT NULL DEFAULT '2000-01-01',
+  a6 INET6, u UUID
 ) ENGINE=InnoDB";
 
 const INSERTS: &[&str] = &[
     // 1: maxima and non-ASCII text
     r#"INSERT INTO t (id, ti, tiu, si, siu, mi, miu, i, iu, bi, biu, d65, d10, f, dbl,
       b1, b10, b64, dt, dtm0, dtm3, dtm6, ts0, ts6, tm0, tm3, tm6, y,
-      c_latin1, c_utf8, ch, tx, c_ascii, bin4, vb, bl, e, s, j, g, p, dz) VALUES
+      c_latin1, c_utf8, ch, tx, c_ascii, bin4, vb, bl, e, s, j, g, p, dz, a6, u) VALUES
      (1, 127, 255, 32767, 65535, 8388607, 16777215, 2147483647, 4294967295,
       9223372036854775807, 18446744073709551615,
       99999999999999999999999999999999999.999999999999999999999999999999, 99999999.99,
@@ -52,11 +53,12 @@ const INSERTS: &[&str] = &[
       '838:59:59', '838:59:59.000', '-01:02:03.456789', 2155,
       'café €‰', 'žluť 😀', 'ab', 'a longer text ✓', 'abc',
       'a\0', x'00FF00', x'DEADBEEF', 'b''c', 'p,s', '{"a": [1, "x"]}',
-      ST_GeomFromText('LINESTRING(0 0,1 1)', 4326), POINT(1, 2), '2024-01-31')"#,
+      ST_GeomFromText('LINESTRING(0 0,1 1)', 4326), POINT(1, 2), '2024-01-31',
+      '2001:db8::ff00:42:8329', '123e4567-e89b-12d3-a456-426655440000')"#,
     // 2: minima
     r#"INSERT INTO t (id, ti, tiu, si, siu, mi, miu, i, iu, bi, biu, d65, d10, f, dbl,
       b1, b10, b64, dt, dtm0, dtm3, dtm6, ts0, ts6, tm0, tm3, tm6, y,
-      c_latin1, c_utf8, ch, tx, c_ascii, bin4, vb, bl, e, s, j, g, p, dz) VALUES
+      c_latin1, c_utf8, ch, tx, c_ascii, bin4, vb, bl, e, s, j, g, p, dz, a6, u) VALUES
      (2, -128, 0, -32768, 0, -8388608, 0, -2147483648, 0,
       -9223372036854775808, 0,
       -99999999999999999999999999999999999.999999999999999999999999999999, -0.01,
@@ -67,7 +69,8 @@ const INSERTS: &[&str] = &[
       '-838:59:59', '-00:00:01.500', '00:00:00.000001', 1901,
       '', '', '', '', '',
       '', '', '', '\\', 'n\nl', '[]',
-      POINT(0, 0), POINT(-1.5, 1e300), '1970-01-01')"#,
+      POINT(0, 0), POINT(-1.5, 1e300), '1970-01-01',
+      '::ffff:1.2.3.4', '00000000-0000-0000-0000-000000000000')"#,
     // 3: zero and partial dates (sql_mode = ''), an invalid enum value
     r#"INSERT INTO t (id, dt, dtm0, dtm3, dtm6, ts0, ts6, y, e, dz) VALUES
      (3, '0000-00-00', '0000-00-00 00:00:00', '2024-00-10 10:00:00', '2024-05-00 00:00:00',
@@ -187,6 +190,8 @@ fn expected(id: i32, col: &str) -> Value {
         (1, "gen_v") => Int32(128),
         (1, "gen_s") => text("žluť 😀!"),
         (1, "dz") => Date(days(2024, 1, 31)),
+        (1, "a6") => text("2001:db8::ff00:42:8329"),
+        (1, "u") => text("123e4567-e89b-12d3-a456-426655440000"),
 
         (2, "ti") => Int16(-128),
         (2, "si") => Int16(-32768),
@@ -225,6 +230,8 @@ fn expected(id: i32, col: &str) -> Value {
         (2, "g") => geom(0, &wkb_point(0.0, 0.0)),
         (2, "p") => geom(0, &wkb_point(-1.5, 1e300)),
         (2, "dz") => Date(0),
+        (2, "a6") => text("::ffff:1.2.3.4"),
+        (2, "u") => text("00000000-0000-0000-0000-000000000000"),
 
         // Debezium's default for zero and partial dates: NULL, or the epoch when NOT NULL.
         (3, "dt" | "dtm0" | "dtm3" | "dtm6" | "ts0" | "ts6") => Null,
@@ -313,7 +320,7 @@ async fn every_type_same_value_from_select_and_binlog() {
     }
 
     let cols = columns(&mut conn, &db).await;
-    assert_eq!(cols.len(), 44, "{cols:?}");
+    assert_eq!(cols.len(), 46, "{cols:?}");
     assert!(cols.iter().any(|c| c.name == "gen_v" && c.generated));
     let table = MyTable {
         database: db.clone(),

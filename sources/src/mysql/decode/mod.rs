@@ -29,6 +29,7 @@
 //! | ENUM, SET | `Enum`, `Set` | `Text` (member names, SET's joined by `,`) |
 //! | JSON (MySQL) | `Json` | `Json` (MySQL's text of it) |
 //! | JSON (MariaDB: LONGTEXT) | `Text` | `Text` |
+//! | INET6, INET4, UUID (MariaDB) | `TextLike` | `Text`, as the server prints them |
 //! | GEOMETRY, LINESTRING, …; POINT | `Geometry{point}` | `Bytes`: MySQL's internal form, a 4-byte little-endian SRID then WKB |
 //!
 //! Time zones: a binlog TIMESTAMP is seconds since the epoch (UTC); the snapshot session
@@ -145,6 +146,11 @@ enum Kind {
     Set(Arc<[String]>),
     Json,
     Geometry,
+    /// MariaDB's INET6, INET4 and UUID: a row event holds the address / UUID bytes
+    /// (network order, trailing zero bytes stripped); the text protocol the server's text.
+    Inet6,
+    Inet4,
+    Uuid,
     /// A type this module does not know: its bytes as (lossy) text.
     Unknown,
 }
@@ -249,6 +255,9 @@ impl ColumnDecoder {
                 Ok(s) => Value::Json(s.to_owned()),
                 Err(_) => charset::lossy(b),
             },
+            (Kind::Inet6, V::Bytes(b)) => Value::Text(inet6_text(b)),
+            (Kind::Inet4, V::Bytes(b)) => Value::Text(inet4_text(b)),
+            (Kind::Uuid, V::Bytes(b)) => Value::Text(uuid_text(b)),
             (Kind::Unknown, V::Bytes(b)) => charset::decode(&Charset::Utf8, b),
             (_, other) => mismatched(other),
         }
@@ -283,9 +292,13 @@ impl ColumnDecoder {
                 .filter(|(neg, y)| !neg && *y <= 9999)
                 .map(|(_, y)| Value::Int32(y as i32)),
             Kind::Text(Charset::Binary) => return Value::Bytes(b.to_vec()),
-            Kind::Text(_) | Kind::Enum(_) | Kind::Set(_) | Kind::Unknown => {
-                return charset::decode(&Charset::Utf8, b)
-            }
+            Kind::Text(_)
+            | Kind::Enum(_)
+            | Kind::Set(_)
+            | Kind::Inet6
+            | Kind::Inet4
+            | Kind::Uuid
+            | Kind::Unknown => return charset::decode(&Charset::Utf8, b),
             Kind::Json => std::str::from_utf8(b)
                 .ok()
                 .map(|s| Value::Json(s.to_owned())),
@@ -560,6 +573,14 @@ fn resolve(c: &MyColumn) -> (Kind, ColumnType) {
                 point: dt == "point",
             },
         ),
+        "inet6" | "inet4" | "uuid" => (
+            match dt.as_str() {
+                "inet6" => Kind::Inet6,
+                "inet4" => Kind::Inet4,
+                _ => Kind::Uuid,
+            },
+            ColumnType::TextLike { name: dt.clone() },
+        ),
         other => (
             Kind::Unknown,
             ColumnType::Unknown {
@@ -770,6 +791,80 @@ fn set_value(members: &[String], bitmap: &[u8]) -> Value {
         }
     }
     Value::Text(s)
+}
+
+/// `n` bytes of `b`, the stripped trailing zeros restored.
+fn fixed<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut a = [0u8; N];
+    let n = b.len().min(N);
+    a[..n].copy_from_slice(&b[..n]);
+    a
+}
+
+/// MariaDB's text of an INET6: lowercase hex groups without leading zeros, the longest
+/// run of two or more zero groups (the first of equal runs) as `::`, and the embedded
+/// IPv4 dotted for IPv4-mapped (`::ffff:1.2.3.4`) and IPv4-compatible (`::1.2.3.4`,
+/// not `::` or `::1`) addresses.
+fn inet6_text(b: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let a: [u8; 16] = fixed(b);
+    let g: [u16; 8] = std::array::from_fn(|i| u16::from_be_bytes([a[2 * i], a[2 * i + 1]]));
+    let v4 = format!("{}.{}.{}.{}", a[12], a[13], a[14], a[15]);
+    if g[..5].iter().all(|&x| x == 0) && g[5] == 0xffff {
+        return format!("::ffff:{v4}");
+    }
+    if g[..6].iter().all(|&x| x == 0) && (g[6] != 0 || g[7] > 1) {
+        return format!("::{v4}");
+    }
+    let (mut best, mut best_len, mut i) = (0usize, 0usize, 0usize);
+    while i < 8 {
+        if g[i] == 0 {
+            let start = i;
+            while i < 8 && g[i] == 0 {
+                i += 1;
+            }
+            if i - start > best_len {
+                best = start;
+                best_len = i - start;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    let mut s = String::with_capacity(39);
+    let mut i = 0;
+    while i < 8 {
+        if best_len >= 2 && i == best {
+            s.push_str("::");
+            i += best_len;
+            continue;
+        }
+        if !s.is_empty() && !s.ends_with(':') {
+            s.push(':');
+        }
+        let _ = write!(s, "{:x}", g[i]);
+        i += 1;
+    }
+    s
+}
+
+fn inet4_text(b: &[u8]) -> String {
+    let a: [u8; 4] = fixed(b);
+    format!("{}.{}.{}.{}", a[0], a[1], a[2], a[3])
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase, from the 16 bytes in order.
+fn uuid_text(b: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let a: [u8; 16] = fixed(b);
+    let mut s = String::with_capacity(36);
+    for (i, x) in a.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        let _ = write!(s, "{x:02x}");
+    }
+    s
 }
 
 /// BINARY(n): zero bytes restored up to n (row events strip them).

@@ -131,8 +131,15 @@ fn column_types() {
         (
             "inet6",
             "inet6",
-            ColumnType::Unknown {
+            ColumnType::TextLike {
                 name: "inet6".into(),
+            },
+        ),
+        (
+            "frob",
+            "frob",
+            ColumnType::Unknown {
+                name: "frob".into(),
             },
         ),
     ];
@@ -588,6 +595,54 @@ fn mysql_common_negative_time2_fraction_bug() {
         Ok(Value::Time(us)) if us == -1_500_000 + 625 * 3_600_000_000 => {}
         Ok(other) => panic!("mysql_common changed: {other:?} (update the module doc)"),
     }
+}
+
+#[test]
+fn mariadb_inet6_inet4_uuid() {
+    let hex = |s: &str| -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    let a = col("inet6", "inet6");
+    let v6 = |h: &str| bin(&a, &BinlogValue::Value(MyValue::Bytes(hex(h))));
+    // Values and texts as MariaDB 10.11 logs and prints them (trailing zeros stripped).
+    assert_eq!(
+        v6("20010db8000000000000ff0000428329"),
+        text("2001:db8::ff00:42:8329")
+    );
+    assert_eq!(
+        v6("00000000000000000000ffff01020304"),
+        text("::ffff:1.2.3.4")
+    );
+    assert_eq!(v6("00000000000000000000000001020304"), text("::1.2.3.4"));
+    assert_eq!(v6(""), text("::"));
+    assert_eq!(v6("00000000000000000000000000000001"), text("::1"));
+    assert_eq!(v6("00010000000000010000000000000001"), text("1:0:0:1::1"));
+    assert_eq!(v6("0001"), text("1::"));
+    assert_eq!(v6("00010000000100000000000000010001"), text("1:0:1::1:1"));
+    let u = col("uuid", "uuid");
+    assert_eq!(
+        bin(
+            &u,
+            &BinlogValue::Value(MyValue::Bytes(hex("123e4567e89b12d3a45642665544")))
+        ),
+        text("123e4567-e89b-12d3-a456-426655440000")
+    );
+    assert_eq!(
+        txt(&u, "123e4567-e89b-12d3-a456-426655440000"),
+        text("123e4567-e89b-12d3-a456-426655440000")
+    );
+    let i4 = col("inet4", "inet4");
+    assert_eq!(
+        bin(&i4, &BinlogValue::Value(MyValue::Bytes(vec![10, 0]))),
+        text("10.0.0.0")
+    );
+}
+
+fn text(s: &str) -> Value {
+    Value::Text(s.into())
 }
 
 #[test]
