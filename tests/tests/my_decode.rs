@@ -444,6 +444,7 @@ async fn every_type_same_value_from_select_and_binlog() {
     }
 
     encode_as_debezium(&table, &from_binlog[0]);
+    encode_raw_zero_dates(&table, &raw_binlog[2]);
 
     // Raw zero dates: the server's text, the same from both paths.
     for (i, c) in cols.iter().enumerate() {
@@ -584,4 +585,42 @@ fn encode_as_debezium(table: &MyTable, row: &[Value]) {
     assert_eq!(after["p"]["x"], 1.0);
     assert_eq!(after["p"]["y"], 2.0);
     assert_eq!(after["p"]["srid"], serde_json::Value::Null);
+}
+
+/// Row 3 in `raw` zero-date mode through the encoder: each zero or partial date is what
+/// Debezium writes (null; the epoch in the NOT NULL column) and its server text travels
+/// in a `cdc.unrepresentable.after.<column>` header.
+fn encode_raw_zero_dates(table: &MyTable, row: &[Value]) {
+    let schema = table.schema().unwrap();
+    let cfg = EncoderConfig::new(
+        SourceInfo::new(ConnectorKind::MariaDb, "srv", ""),
+        RecordFormat::Json {
+            schemas_enable: false,
+        },
+    );
+    let enc = Encoder::new(&cfg, &schema).unwrap();
+    let ev = ChangeEvent::create(
+        schema.clone(),
+        Row::new(row.to_vec()),
+        SourcePosition::Mysql(MySqlPosition::default()),
+        0,
+    )
+    .unwrap();
+    let rec = enc.records(&ev, 0).unwrap().remove(0);
+    let j: serde_json::Value = serde_json::from_slice(rec.value.as_ref().unwrap()).unwrap();
+    let after = &j["after"];
+    for c in ["dt", "dtm0", "dtm3", "dtm6", "ts0", "ts6"] {
+        assert_eq!(after[c], serde_json::Value::Null, "{c}");
+    }
+    assert_eq!(after["dz"], 0);
+    for c in ["dt", "dtm0", "dtm3", "dtm6", "ts0", "ts6", "dz"] {
+        let key = format!("cdc.unrepresentable.after.{c}");
+        let h = rec.headers.iter().find(|(k, _)| *k == key);
+        let want = expected_raw(c).unwrap();
+        assert_eq!(
+            h.map(|(_, v)| String::from_utf8_lossy(v).into_owned()),
+            Some(want.to_string()),
+            "{key}"
+        );
+    }
 }
