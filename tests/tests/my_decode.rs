@@ -77,6 +77,10 @@ const INSERTS: &[&str] = &[
       '0000-00-00 00:00:00', '0000-00-00 00:00:00', '0000', 'nope', '0000-00-00')"#,
     // 4: NULLs
     r#"INSERT INTO t (id, dz) VALUES (4, '2000-02-29')"#,
+    // 5: small decimals, negative times just below zero, half seconds
+    r#"INSERT INTO t (id, d65, d10, dtm6, ts6, tm3, tm6, dz) VALUES
+     (5, 0.000000000000000000000000000001, -0.5, '2024-06-30 23:59:59.5',
+      '2024-06-30 23:59:59.5', '-00:00:00.001', '-00:00:00.000001', '2000-01-01')"#,
 ];
 
 fn days(y: i64, m: u32, d: u32) -> i32 {
@@ -241,7 +245,14 @@ fn expected(id: i32, col: &str) -> Value {
         (3, "dz") => Date(0),
 
         (4, "dz") => Date(days(2000, 2, 29)),
-        (3 | 4, _) => Null,
+        (5, "d65") => dec("0.000000000000000000000000000001"),
+        (5, "d10") => dec("-0.50"),
+        (5, "dtm6") => Timestamp(micros(2024, 6, 30, 23, 59, 59, 500_000)),
+        (5, "ts6") => TimestampTz(micros(2024, 6, 30, 23, 59, 59, 500_000)),
+        (5, "tm3") => Time(-1_000),
+        (5, "tm6") => Time(-1),
+        (5, "dz") => Date(days(2000, 1, 1)),
+        (3..=5, _) => Null,
         (id, c) => panic!("no expected value for row {id} column {c}"),
     }
 }
