@@ -46,9 +46,13 @@
 //! default as Debezium 3.6 (NULL in a nullable column, the epoch in a NOT NULL one), or
 //! as [`Value::raw`] with the server's text.
 //!
-//! Generated columns: a row event carries every column the table map lists, stored and
-//! virtual alike on MySQL and MariaDB with `binlog_row_image = FULL`; they decode like
-//! any other column of their type.
+//! Generated columns: with `binlog_row_image = FULL` the table map and the row image
+//! list every column, VIRTUAL and STORED alike, in ordinal order (checked on MariaDB
+//! 10.11 by `tests/tests/my_decode.rs`; MySQL logs full images the same way); they
+//! decode like any other column of their type.
+//!
+//! Timestamps with a fraction (TIMESTAMP(fsp)) keep `fsp` as the [`ColumnType`]
+//! precision: the encoder pads the zoned text to it, as Debezium does since DBZ-5996.
 //!
 //! Known limit of `mysql_common` 0.35.5 (not ours to fix): a negative TIME(1) or TIME(2)
 //! with a non-zero fraction overflows its parser (a panic in a debug build, a value 625 h
