@@ -94,6 +94,12 @@ pub enum ColumnType {
         len: Option<u32>,
         varying: bool,
     },
+    /// MySQL spatial types (GEOMETRY, POINT, LINESTRING, …): values are [`crate::Value::Bytes`]
+    /// in MySQL's internal form, a 4-byte little-endian SRID followed by the WKB.
+    /// `point`: a POINT column (Debezium gives it its own struct, with `x` and `y`).
+    Geometry {
+        point: bool,
+    },
     /// Network and other types with a canonical text form (inet, cidr, macaddr, money,
     /// xml, tsvector, geometry as WKT…): values are [`crate::Value::Text`]. `name` is the
     /// semantic name (`inet`, `cidr`, `macaddr`, `macaddr8`, `money`, `xml`, ...).

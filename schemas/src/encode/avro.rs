@@ -236,6 +236,23 @@ pub(crate) fn write_value(
             }
             other => return Err(mismatch("Bits", other)),
         },
+        Conv::Geometry { point } => {
+            let g = convert::geometry_parts(v, *point)?;
+            if *point {
+                buf.extend_from_slice(&g.xy.0.to_le_bytes());
+                buf.extend_from_slice(&g.xy.1.to_le_bytes());
+                // `wkb` is optional in Point: union index 1.
+                write_long(buf, 1);
+            }
+            write_bytes(buf, g.wkb);
+            match g.srid {
+                Some(s) => {
+                    write_long(buf, 1);
+                    write_long(buf, s as i64);
+                }
+                None => write_long(buf, 0),
+            }
+        }
         Conv::Array(inner) => match v {
             Value::Array(items) => {
                 // Array elements are optional: union ["null", T].
@@ -462,6 +479,82 @@ mod tests {
             enc(i64::MIN),
             [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]
         );
+    }
+
+    /// MySQL spatial columns as Debezium's Geometry / Point structs, read back with the
+    /// writer schema by an independent Avro reader.
+    #[test]
+    fn mysql_geometry_and_point_structs() {
+        use crate::encode::ConnectorKind;
+        use crate::encode::{Encoder, EncoderConfig, RecordFormat, SchemaIds, SourceInfo};
+        use crate::{
+            ChangeEvent, Column, ColumnType, MySqlPosition, SourcePosition, TableId, TableSchema,
+        };
+        use apache_avro::types::Value as A;
+        let cols = vec![
+            Column::new("id", ColumnType::Int32, "int").not_null(),
+            Column::new("g", ColumnType::Geometry { point: false }, "geometry"),
+            Column::new("p", ColumnType::Geometry { point: true }, "point").not_null(),
+        ];
+        let t =
+            std::sync::Arc::new(TableSchema::new(TableId::new("db", "t"), cols, &["id"]).unwrap());
+        let cfg = EncoderConfig::new(
+            SourceInfo::new(ConnectorKind::MySql, "srv", ""),
+            RecordFormat::Avro,
+        );
+        let mut e = Encoder::new(&cfg, &t).unwrap();
+        e.set_schema_ids(SchemaIds {
+            key: Some(1),
+            value: 2,
+        });
+        let mut g = 4326u32.to_le_bytes().to_vec();
+        g.extend_from_slice(&[1, 2, 0, 0, 0, 0, 0, 0, 0]); // LINESTRING EMPTY
+        let mut p = 0u32.to_le_bytes().to_vec();
+        p.extend_from_slice(&[1, 1, 0, 0, 0]);
+        p.extend_from_slice(&1.5f64.to_le_bytes());
+        p.extend_from_slice(&(-2f64).to_le_bytes());
+        let row = crate::Row::new(vec![
+            Value::Int32(1),
+            Value::Bytes(g.clone()),
+            Value::Bytes(p.clone()),
+        ]);
+        let ev = ChangeEvent::create(t, row, SourcePosition::Mysql(MySqlPosition::default()), 1)
+            .unwrap();
+        let schema = apache_avro::Schema::parse_str(e.avro_value_schema()).unwrap();
+        let rec = e.records(&ev, 5).unwrap().remove(0).value.unwrap();
+        let v = apache_avro::from_avro_datum(&schema, &mut &rec[5..], None).unwrap();
+        let A::Record(fields) = v else { panic!() };
+        let after = &fields.iter().find(|f| f.0 == "after").unwrap().1;
+        let A::Union(1, after) = after else {
+            panic!("{after:?}")
+        };
+        let A::Record(cols) = &**after else { panic!() };
+        let get = |n: &str| cols.iter().find(|c| c.0 == n).unwrap().1.clone();
+        assert_eq!(
+            get("g"),
+            A::Union(
+                1,
+                Box::new(A::Record(vec![
+                    ("wkb".into(), A::Bytes(g[4..].to_vec())),
+                    ("srid".into(), A::Union(1, Box::new(A::Int(4326)))),
+                ]))
+            )
+        );
+        assert_eq!(
+            get("p"),
+            A::Record(vec![
+                ("x".into(), A::Double(1.5)),
+                ("y".into(), A::Double(-2.0)),
+                (
+                    "wkb".into(),
+                    A::Union(1, Box::new(A::Bytes(p[4..].to_vec())))
+                ),
+                ("srid".into(), A::Union(0, Box::new(A::Null))),
+            ])
+        );
+        assert!(e
+            .avro_value_schema()
+            .contains("\"io.debezium.data.geometry.Point\""));
     }
 
     #[test]

@@ -184,6 +184,12 @@ pub enum Conv {
         minimal: bool,
     },
     Array(Box<Conv>),
+    /// MySQL spatial value ([`Value::Bytes`](crate::Value::Bytes): SRID then WKB) as
+    /// Debezium's `io.debezium.data.geometry.Geometry` struct {wkb, srid}, or with `point`
+    /// its `io.debezium.data.geometry.Point` {x, y, wkb, srid}. An SRID of 0 is null.
+    Geometry {
+        point: bool,
+    },
 }
 
 impl Conv {
@@ -245,6 +251,8 @@ const DBZ_ENUM: &str = "io.debezium.data.Enum";
 const DBZ_ENUM_SET: &str = "io.debezium.data.EnumSet";
 const DBZ_BITS: &str = "io.debezium.data.Bits";
 const DBZ_VSD: &str = "io.debezium.data.VariableScaleDecimal";
+const DBZ_GEOMETRY: &str = "io.debezium.data.geometry.Geometry";
+const DBZ_POINT: &str = "io.debezium.data.geometry.Point";
 pub(crate) const CONNECT_DECIMAL: &str = "org.apache.kafka.connect.data.Decimal";
 pub(crate) const CONNECT_DATE: &str = "org.apache.kafka.connect.data.Date";
 pub(crate) const CONNECT_TIME: &str = "org.apache.kafka.connect.data.Time";
@@ -272,6 +280,41 @@ fn variable_scale_decimal() -> ConnectSchema {
     )
     .version(1);
     s.doc = Some("Variable scaled decimal".to_string());
+    s
+}
+
+/// Debezium's `Geometry` struct {wkb, srid} or, for a POINT column, `Point`
+/// {x, y, wkb, srid} (version 1, as its MySQL connector declares them).
+fn geometry_schema(point: bool) -> ConnectSchema {
+    let int32 = ConnectSchema::of(ConnectType::Int32).optional();
+    let mut s = if point {
+        ConnectSchema::strukt(
+            DBZ_POINT,
+            vec![
+                ConnectField::new("x", ConnectSchema::of(ConnectType::Float64)),
+                ConnectField::new("y", ConnectSchema::of(ConnectType::Float64)),
+                ConnectField::new("wkb", ConnectSchema::of(ConnectType::Bytes).optional()),
+                ConnectField::new("srid", int32),
+            ],
+        )
+    } else {
+        ConnectSchema::strukt(
+            DBZ_GEOMETRY,
+            vec![
+                ConnectField::new("wkb", ConnectSchema::of(ConnectType::Bytes)),
+                ConnectField::new("srid", int32),
+            ],
+        )
+    }
+    .version(1);
+    s.doc = Some(
+        if point {
+            "Geometry (POINT)"
+        } else {
+            "Geometry"
+        }
+        .to_string(),
+    );
     s
 }
 
@@ -425,6 +468,9 @@ pub(crate) fn map_type(
                 )
             }
         },
+        ColumnType::Geometry { point } => {
+            (geometry_schema(*point), Conv::Geometry { point: *point })
+        }
         ColumnType::TextLike { name } => {
             let s = ConnectSchema::of(T::String);
             let s = match name.as_str() {

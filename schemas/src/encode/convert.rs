@@ -271,6 +271,66 @@ pub fn first_bit(v: &Value) -> Result<bool, ValueError> {
     }
 }
 
+/// A MySQL spatial value's parts, as Debezium's `Geometry` / `Point` structs hold them:
+/// the SRID (the first 4 bytes, little-endian; `None` for 0, which Debezium writes as
+/// null), the WKB after it and, for a `point` column, its x and y.
+pub struct GeometryParts<'a> {
+    pub srid: Option<i32>,
+    pub wkb: &'a [u8],
+    pub xy: (f64, f64),
+}
+
+pub fn geometry_parts(v: &Value, point: bool) -> Result<GeometryParts<'_>, ValueError> {
+    let Value::Bytes(b) = v else {
+        return Err(mismatch("Bytes (MySQL geometry)", v));
+    };
+    let (Some(srid), Some(wkb)) = (b.first_chunk::<4>(), b.get(4..)) else {
+        return Err(ValueError::NotRepresentable(format!(
+            "a MySQL geometry value of {} bytes: shorter than its 4-byte SRID",
+            b.len()
+        )));
+    };
+    let srid = i32::from_le_bytes(*srid);
+    let mut xy = (0.0, 0.0);
+    if point {
+        xy = wkb_point(wkb).ok_or_else(|| {
+            ValueError::NotRepresentable("a POINT column's value is not a WKB point".into())
+        })?;
+    }
+    Ok(GeometryParts {
+        srid: (srid != 0).then_some(srid),
+        wkb,
+        xy,
+    })
+}
+
+/// x and y of a 2-D WKB point (byte order byte, type 1, two doubles).
+fn wkb_point(wkb: &[u8]) -> Option<(f64, f64)> {
+    let le = match wkb.first()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let word = |at: usize| -> Option<[u8; 8]> { wkb.get(at..at + 8)?.try_into().ok() };
+    let ty: [u8; 4] = wkb.get(1..5)?.try_into().ok()?;
+    let ty = if le {
+        u32::from_le_bytes(ty)
+    } else {
+        u32::from_be_bytes(ty)
+    };
+    if ty != 1 {
+        return None;
+    }
+    let f = |b: [u8; 8]| {
+        if le {
+            f64::from_le_bytes(b)
+        } else {
+            f64::from_be_bytes(b)
+        }
+    };
+    Some((f(word(5)?), f(word(13)?)))
+}
+
 /// Canonical lowercase UUID text.
 pub fn uuid_text(u: &[u8; 16]) -> [u8; 36] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -355,6 +415,28 @@ mod tests {
             bits_le(12, &[0b1010_0000, 0b0001_0000], false),
             vec![0x01, 0x0a]
         );
+    }
+
+    #[test]
+    fn geometry() {
+        let mut b = 4326u32.to_le_bytes().to_vec();
+        b.extend_from_slice(&[1, 1, 0, 0, 0]);
+        b.extend_from_slice(&1.5f64.to_le_bytes());
+        b.extend_from_slice(&(-2f64).to_le_bytes());
+        let v = Value::Bytes(b.clone());
+        let p = geometry_parts(&v, true).unwrap();
+        assert_eq!((p.srid, p.xy, p.wkb), (Some(4326), (1.5, -2.0), &b[4..]));
+        let mut z = vec![0u8; 4];
+        z.extend_from_slice(&[0, 0, 0, 0, 1]);
+        z.extend_from_slice(&1f64.to_be_bytes());
+        z.extend_from_slice(&2f64.to_be_bytes());
+        let v = Value::Bytes(z);
+        let p = geometry_parts(&v, true).unwrap();
+        assert_eq!((p.srid, p.xy), (None, (1.0, 2.0)));
+        assert!(geometry_parts(&Value::Bytes(vec![0; 3]), false).is_err());
+        let line = Value::Bytes(vec![0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(geometry_parts(&line, true).is_err());
+        assert_eq!(geometry_parts(&line, false).unwrap().wkb.len(), 9);
     }
 
     #[test]

@@ -367,6 +367,12 @@ fn zero(conv: &Conv) -> Value {
             bytes: Vec::new(),
         },
         Conv::Array(_) => Value::Array(Vec::new()),
+        // SRID 0 and the WKB of POINT(0 0): a value of both the Geometry and Point forms.
+        Conv::Geometry { .. } => {
+            let mut b = vec![0, 0, 0, 0, 1, 1, 0, 0, 0];
+            b.extend_from_slice(&[0; 16]);
+            Value::Bytes(b)
+        }
     }
 }
 

@@ -305,6 +305,25 @@ pub(crate) fn write_value(
             }
             other => return Err(mismatch("Bits", other)),
         },
+        Conv::Geometry { point } => {
+            let g = convert::geometry_parts(v, *point)?;
+            buf.push(b'{');
+            if *point {
+                buf.extend_from_slice(b"\"x\":");
+                write_f64(buf, g.xy.0);
+                buf.extend_from_slice(b",\"y\":");
+                write_f64(buf, g.xy.1);
+                buf.push(b',');
+            }
+            buf.extend_from_slice(b"\"wkb\":");
+            write_base64(buf, g.wkb, false);
+            buf.extend_from_slice(b",\"srid\":");
+            match g.srid {
+                Some(s) => write_i64(buf, s as i64),
+                None => buf.extend_from_slice(b"null"),
+            }
+            buf.push(b'}');
+        }
         Conv::Array(inner) => match v {
             Value::Array(items) => write_items(buf, inner, items, ctx)?,
             other => return Err(mismatch("Array", other)),

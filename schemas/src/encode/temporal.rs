@@ -123,6 +123,19 @@ pub(crate) fn parse_wide_timestamp(text: &str, with_zone: bool) -> Option<(i64, 
         d.next()?.parse().ok()?,
         d.next()?.parse().ok()?,
     );
+    // A date that does not exist (MySQL's `2024-00-10` or `2024-02-31`, kept as raw
+    // text) has no instant: it stays hidden rather than turning into some other day.
+    let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day == 0 || day > days_in_month {
+        return None;
+    }
     let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
     let mut t = hms.splitn(3, ':');
     let (h, mi, sec): (i64, i64, i64) = (
@@ -242,6 +255,28 @@ mod tests {
         assert_eq!(civil_from_days(24_855), (2038, 1, 19));
         assert_eq!(civil_from_days(-719_528), (0, 1, 1));
         assert_eq!(civil_from_days(2_932_896), (9999, 12, 31));
+    }
+
+    #[test]
+    fn wide_timestamps_need_a_real_date() {
+        assert_eq!(
+            parse_wide_timestamp("294277-01-01 00:00:00.5+00", true),
+            Some((294_277, 1, 1, 500_000))
+        );
+        assert_eq!(
+            parse_wide_timestamp("2024-02-29 00:00:00", false),
+            Some((2024, 2, 29, 0))
+        );
+        // MySQL's zero and invalid dates, kept as raw text.
+        for t in [
+            "0000-00-00 00:00:00",
+            "2024-00-10 10:00:00.000",
+            "2024-05-00 00:00:00",
+            "2023-02-29 00:00:00",
+            "2024-04-31 00:00:00",
+        ] {
+            assert_eq!(parse_wide_timestamp(t, false), None, "{t}");
+        }
     }
 
     #[test]
