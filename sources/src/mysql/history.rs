@@ -58,6 +58,27 @@
 //! already recorded; [`SchemaHistory::record_snapshot`] one equal to the last record.
 //! The restored [`Schemas`] keep the captured flags of when they were recorded: the
 //! stream calls [`Schemas::refilter`] with its filter if that may have changed.
+//!
+//! # Use from the source
+//!
+//! ```text
+//! let mut history = SchemaHistory::open(store, &filter)?;      // ctx.history: Some(store)
+//! // A snapshot: once its consistent point (the End mark's position) and its schemas are
+//! // known, before the Begin batch is sent:
+//! history.record_snapshot(&end_position, &schemas)?;
+//! // A stream resumed from a stored position:
+//! let schemas = match history.restore(&resume)? {
+//!     Some(s) => s,
+//!     None => { let s = Schemas::load(conn, &filter).await?;  // no history at or before it
+//!               history.record_snapshot(&resume, &s)?; s }
+//! };
+//! // Every QUERY event: after apply_ddl, before the group's commit is sent:
+//! if effect.schemas_changed { history.record_ddl(&commit_position, current_db, sql)?; }
+//! ```
+//!
+//! The calls block on an fsync (`tokio::task::block_in_place` in async code); they are
+//! made at a snapshot's start and on DDL only. Without a store (`ctx.history` is `None`)
+//! the source can only load the schemas of now from `information_schema`.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -334,6 +355,12 @@ mod tests {
             gtid_set: Some(set.parse().unwrap()),
             ..fp(file, pos)
         }
+    }
+
+    #[test]
+    fn the_history_moves_between_tasks() {
+        fn send<T: Send>() {}
+        send::<SchemaHistory>();
     }
 
     #[test]
