@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod history;
 pub mod log_cmd;
 pub mod log_consumer;
 pub mod logging;

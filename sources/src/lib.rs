@@ -50,6 +50,7 @@ pub mod config;
 pub mod dburl;
 pub mod durable;
 pub mod filter;
+pub mod history;
 pub mod keys;
 pub mod mysql;
 pub mod postgres;
@@ -118,6 +119,9 @@ pub struct SourceContext {
     /// The disk budget shared with the log: what the source keeps on disk itself (spill
     /// files) is counted here, and it waits for room before writing more.
     pub disk_budget: DiskBudget,
+    /// The durable schema history (see [`history`]), when the destination keeps one (the
+    /// embedded log does, for sources that need it); `None` otherwise.
+    pub history: Option<Arc<dyn history::SchemaHistoryStore>>,
 }
 
 /// A failure of a source, classified for the supervisor: [`Failure`]'s transient /

@@ -84,7 +84,7 @@ pub fn compact_topic(log: &Log, topic: &str, now: i64) -> Result<MaintenanceRepo
             if cfg.cleanup_policy.delete {
                 "delete"
             } else {
-                "?"
+                "none"
             }
         )));
     }

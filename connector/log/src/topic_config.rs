@@ -15,7 +15,8 @@
 //! segment.bytes=1073741824      roll the active segment past this size
 //! retention.ms=604800000        delete closed segments whose newest record is older; -1 = forever
 //! retention.bytes=-1            per partition: delete oldest closed segments above this; -1 = no limit
-//! cleanup.policy=delete         delete | compact | compact,delete
+//! cleanup.policy=delete         delete | compact | compact,delete | none (nothing is ever
+//!                               deleted: no retention, no compaction, no disk-budget relief)
 //! delete.retention.ms=86400000  how long a tombstone survives compaction
 //! compression.type=none         none | lz4 | zstd (codec of batches we write)
 //! segment.ms=604800000          roll the active segment once its first record is this old; -1 = never
@@ -52,16 +53,27 @@ impl CleanupPolicy {
         delete: true,
         compact: true,
     };
+    /// Records are never deleted: neither retention, nor compaction, nor disk-budget
+    /// relief touches the topic (for state that must outlive everything, such as a
+    /// source's schema history).
+    pub const NONE: CleanupPolicy = CleanupPolicy {
+        delete: false,
+        compact: false,
+    };
 
     fn name(self) -> &'static str {
         match (self.compact, self.delete) {
             (true, true) => "compact,delete",
             (true, false) => "compact",
-            _ => "delete",
+            (false, true) => "delete",
+            (false, false) => "none",
         }
     }
 
     fn parse(s: &str) -> Option<CleanupPolicy> {
+        if s.trim() == "none" {
+            return Some(CleanupPolicy::NONE);
+        }
         let mut p = CleanupPolicy {
             delete: false,
             compact: false,
@@ -135,11 +147,6 @@ impl TopicConfig {
                 "segment.bytes must be between 1 KiB and 1 TiB, got {}",
                 self.segment_bytes
             )));
-        }
-        if !self.cleanup_policy.delete && !self.cleanup_policy.compact {
-            return Err(LogError::InvalidConfig(
-                "cleanup.policy must include delete or compact".into(),
-            ));
         }
         if self.segment_ms.is_some_and(|m| m < 1) {
             return Err(LogError::InvalidConfig(
@@ -296,5 +303,19 @@ mod tests {
         assert!(TopicConfig::decode("nope=1").is_err());
         assert!(validate_topic_name("a.b-c_9").is_ok());
         assert!(validate_topic_name("a/b").is_err());
+    }
+
+    #[test]
+    fn policy_none_round_trips_and_is_valid() {
+        let c = TopicConfig {
+            retention_ms: None,
+            cleanup_policy: CleanupPolicy::NONE,
+            ..TopicConfig::default()
+        };
+        c.validate().unwrap();
+        assert!(c.encode().contains("cleanup.policy=none\n"));
+        assert_eq!(TopicConfig::decode(&c.encode()).unwrap(), c);
+        // "none" is a policy of its own, never mixed with the others.
+        assert_eq!(CleanupPolicy::parse("none,delete"), None);
     }
 }

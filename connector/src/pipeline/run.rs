@@ -15,6 +15,11 @@
 //!
 //! The schema registry is the embedded one in its own log at `<log.dir>/registry`, or the
 //! remote one at `[registry] url` (see [`super::registry`]).
+//!
+//! The schema history (MySQL / MariaDB sources, which need each table's schema as it was at
+//! the resume position) is in its own log at `<log.dir>/history` (see
+//! [`crate::history`]), opened once for the process like the registry's and handed to
+//! every attempt's source; a Postgres source gets none (pgoutput sends the schema).
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU64;
@@ -28,6 +33,7 @@ use cdc_schemas::encode::{
 };
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::Checkpoint;
+use cdc_sources::history::SchemaHistoryStore;
 use cdc_sources::{DiskBudget, DurablePublisher, SnapshotProgress, Source, SourceContext};
 use tokio::sync::watch;
 
@@ -166,6 +172,25 @@ pub async fn run(config: Config) -> ExitCode {
     log_options.metrics = Some(log_metrics.clone());
     log_options.flush_policy = FlushPolicy::Manual;
 
+    // Its log, closed when the connector stops (every append was flushed already).
+    let mut history_log: Option<Log> = None;
+    let history: Option<Arc<dyn SchemaHistoryStore>> = match connector_kind {
+        ConnectorKind::Postgres => None,
+        _ => {
+            let dir = crate::history::history_dir(&config.log.dir);
+            match crate::history::LogHistoryStore::open_dir(&dir, &config.name) {
+                Ok(s) => {
+                    history_log = Some(s.log().clone());
+                    Some(Arc::new(s))
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            }
+        }
+    };
+
     let hidden = super::hidden::HiddenValues::new(&metrics);
     let mut backoff = Duration::from_millis(500);
     let code = loop {
@@ -242,6 +267,7 @@ pub async fn run(config: Config) -> ExitCode {
                     log.disk_bytes()
                 })
             },
+            history: history.clone(),
         };
         let src_result = source.run(ctx).await;
         if src_result.is_err() {
@@ -310,6 +336,12 @@ pub async fn run(config: Config) -> ExitCode {
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
     };
+    drop(history);
+    if let Some(log) = history_log {
+        if let Err(e) = tokio::task::block_in_place(|| log.close()) {
+            tracing::warn!(error = %e, "closing the schema history log; its next open recovers it");
+        }
+    }
     progress_reporter.finish();
     let _ = admin_stop.send(true);
     if let Ok(a) = admin {

@@ -8,6 +8,7 @@ pub mod config;
 pub mod conn;
 pub mod ddl;
 pub mod decode;
+pub mod history;
 pub mod retention;
 pub mod schema;
 pub mod table;
