@@ -167,7 +167,9 @@ impl RetentionWatch {
 
     /// When the file holding `pos` is closed and its close time unknown (it closed before
     /// the watch started), reads its successor's creation time once ([`file_created_at`]).
-    /// A failure leaves the age unknown and is retried at the next check.
+    /// A failure leaves the age unknown; that successor is not probed again (a dump per
+    /// check would cost more than the estimate is worth), so its age stays unknown until
+    /// the file holding `pos` changes.
     async fn learn_age(&mut self, conn: &Conn, server: &mut ServerBinlogs, pos: &MySqlPosition) {
         if server.retention.expire_seconds.is_none() {
             return;
