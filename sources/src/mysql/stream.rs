@@ -1,0 +1,695 @@
+//! The binlog stream of a MySQL / MariaDB source: row events into transactions, handed
+//! to the pipeline in commit order with their positions.
+//!
+//! # Transactions
+//!
+//! An event group starts at a GTID event (MariaDB's own, or MySQL's) or a `BEGIN` query
+//! and ends at its `XID` event or a `COMMIT` (or `ROLLBACK`) query; a MariaDB GTID event
+//! flagged standalone is followed by one statement (DDL) and no end event. The row events
+//! between (`WRITE`/`UPDATE`/`DELETE`, v1 and v2) are decoded with the table map and the
+//! table's [`MyTable`] into create / update / delete events, one [`ChangeBatch`] per
+//! transaction, in chunks of `max_batch_events` of which only the last carries the
+//! commit checkpoint.
+//!
+//! # Positions and resume
+//!
+//! A commit's checkpoint is `MySqlPosition { file, pos }` of the event after the group's
+//! last one (the end event's `log_pos`), with the GTID of the group and, on MariaDB, the
+//! domain → last GTID state after it. A record's position is the group's first event
+//! (`pos`) and its index within its rows event (`row`), as Debezium's. Resume is by GTID
+//! state when there is one (`@slave_connect_state`: the server sends only the groups
+//! after it, in every domain), by file and offset otherwise; a group the state already
+//! contains is skipped if the server sends it anyway. Transactions whose changes are all
+//! filtered out move the position too: their checkpoint goes in an empty batch, at most
+//! every second or 256 such transactions, and at every heartbeat.
+//!
+//! # Schema changes (interim)
+//!
+//! A DDL statement (`CREATE`, `ALTER`, `DROP`, `RENAME`, `TRUNCATE` at the start of a
+//! query event) marks every cached table stale; the next table map of a stale table
+//! reloads its definition from `information_schema`. That is the definition *now*, not
+//! at the DDL's place in the binlog: with two DDLs of one table in quick succession, row
+//! events between them may be decoded with the later definition (a column count that
+//! does not match is a definite error). Replaying the DDL on the schema model
+//! (`Schemas::apply_ddl`) replaces this once it lands.
+//!
+//! # Failures
+//!
+//! A lost connection, a server restart or a read silent for three heartbeat periods is
+//! [`SourceError::Transient`]: the supervisor restarts the source from the last durable
+//! checkpoint with backoff. A position the server no longer has (error 1236) ends the
+//! stream with [`StreamEnd::Purged`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdc_schemas::gtid::MariaGtid;
+use cdc_schemas::{
+    ChangeEvent, Checkpoint, GtidSet, MySqlPosition, Row, SourcePosition, TableId, TableSchema,
+    TransactionInfo, Value,
+};
+use mysql_async::binlog::events::{Event, EventData, RowsEventData};
+use mysql_async::binlog::row::BinlogRow;
+use mysql_async::binlog::EventType;
+
+use super::binlog::{self, BinlogConn, BinlogStart, Flavor, Next};
+use super::config::MySqlSourceConfig;
+use super::decode::{self, DecodeOptions};
+use super::metrics::MyMetrics;
+use super::source::{load_table, now_ms, send, TableSource};
+use super::table::MyTable;
+use crate::{ChangeBatch, SourceContext, SourceError};
+
+/// How a stream ended.
+#[derive(Debug)]
+pub enum StreamEnd {
+    /// Shutdown was requested, or the pipeline stopped.
+    Stopped,
+    /// The server no longer has the binlog from the requested position.
+    Purged(SourceError),
+    Failed(SourceError),
+}
+
+impl From<SourceError> for StreamEnd {
+    fn from(e: SourceError) -> Self {
+        StreamEnd::Failed(e)
+    }
+}
+
+/// A captured table as the stream decodes it.
+pub(super) struct Captured {
+    pub my: MyTable,
+    pub schema: Arc<TableSchema>,
+    /// The DDL epoch the definition was loaded in (see "Schema changes").
+    epoch: u64,
+}
+
+impl Captured {
+    pub fn new(my: MyTable, epoch: u64) -> Result<Captured, SourceError> {
+        let schema = my.schema().map_err(|e| {
+            SourceError::definite(
+                format!("table {}.{}", my.database, my.name),
+                e.to_string(),
+                "report this as a bug, with the table's definition",
+            )
+        })?;
+        Ok(Captured { my, schema, epoch })
+    }
+}
+
+/// The open event group.
+struct Tx {
+    /// The group's GTID, as text (Debezium's `source.gtid`, the transaction id).
+    gtid: Option<Arc<str>>,
+    maria: Option<MariaGtid>,
+    /// A MySQL GTID: (uuid, gno).
+    mysql_gtid: Option<(String, u64)>,
+    standalone: bool,
+    skip: bool,
+    file: Arc<str>,
+    start_pos: u64,
+    server_id: u32,
+    ts_ms: i64,
+    events: Vec<ChangeEvent>,
+    bytes: u64,
+    total: u64,
+    per_table: HashMap<TableId, u64>,
+    id: Option<Arc<str>>,
+}
+
+struct State<'a> {
+    cfg: &'a MySqlSourceConfig,
+    tables: &'a mut TableSource,
+    batches: tokio::sync::mpsc::Sender<ChangeBatch>,
+    metrics: MyMetrics,
+    opts: DecodeOptions,
+    file: Arc<str>,
+    /// The offset after the last event processed.
+    next_pos: u64,
+    gtid_set: Option<GtidSet>,
+    tx: Option<Tx>,
+    /// table id → the captured table it maps (None: not captured).
+    maps: HashMap<u64, Option<Arc<Captured>>>,
+    by_name: HashMap<TableId, Arc<Captured>>,
+    ddl_epoch: u64,
+    /// The checkpoint of filtered-out transactions not sent yet.
+    pending: Option<MySqlPosition>,
+    pending_count: u32,
+    last_sent: Instant,
+}
+
+/// Streams from `start` until shutdown or an error.
+pub(super) async fn stream(
+    cfg: &MySqlSourceConfig,
+    flavor: Flavor,
+    start: BinlogStart,
+    tables: &mut TableSource,
+    ctx: &mut SourceContext,
+    metrics: MyMetrics,
+) -> StreamEnd {
+    let mut conn = match binlog::open(
+        &cfg.endpoint,
+        cfg.server_id,
+        flavor,
+        &start,
+        cfg.heartbeat_interval,
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return StreamEnd::Failed(e),
+    };
+    tracing::info!(file = %start.file, pos = start.pos, gtid_set = ?start.gtid_state().map(|g| g.to_string()), "binlog stream started");
+    let mut by_name = HashMap::new();
+    for t in tables.initial.drain(..) {
+        match Captured::new(t, 0) {
+            Ok(c) => {
+                by_name.insert(c.schema.id.clone(), Arc::new(c));
+            }
+            Err(e) => return StreamEnd::Failed(e),
+        }
+    }
+    let mut st = State {
+        cfg,
+        tables,
+        batches: ctx.batches.clone(),
+        metrics,
+        opts: DecodeOptions::default(),
+        file: start.file.as_str().into(),
+        next_pos: start.pos,
+        gtid_set: match flavor {
+            Flavor::MariaDb => Some(
+                start
+                    .gtid_set
+                    .clone()
+                    .unwrap_or_else(GtidSet::empty_mariadb),
+            ),
+            Flavor::MySql => start.gtid_set.clone(),
+        },
+        tx: None,
+        maps: HashMap::new(),
+        by_name,
+        ddl_epoch: 0,
+        pending: None,
+        pending_count: 0,
+        last_sent: Instant::now(),
+    };
+    let mut shutdown = ctx.shutdown.clone();
+    let mut first = true;
+    let end = loop {
+        let next = tokio::select! {
+            biased;
+            _ = shutdown.changed() => break StreamEnd::Stopped,
+            n = conn.next() => n,
+        };
+        let ev = match next {
+            Ok(Next::Event(ev)) => ev,
+            Ok(Next::End) => {
+                break StreamEnd::Failed(SourceError::transient(
+                    "binlog stream",
+                    "the server ended the stream (shutting down?)",
+                ))
+            }
+            Err(e) if binlog::is_purged(&e) => {
+                break StreamEnd::Purged(binlog::my_err("reading the binlog", e))
+            }
+            Err(e) => break StreamEnd::Failed(binlog::my_err("reading the binlog", e)),
+        };
+        if first {
+            first = false;
+            tracing::debug!("binlog: first event received");
+        }
+        match st.event(&conn, ev).await {
+            Ok(true) => {}
+            Ok(false) => break StreamEnd::Stopped,
+            Err(e) => break StreamEnd::Failed(e),
+        }
+    };
+    let _ = conn.stream.close().await;
+    end
+}
+
+fn is_ddl(sql: &str) -> bool {
+    let s = sql.trim_start_matches(|c: char| c.is_whitespace() || c == '(');
+    // Comments such as /* generated by server */ come first in some statements.
+    let s = match s.strip_prefix("/*") {
+        Some(rest) => rest
+            .split_once("*/")
+            .map(|(_, r)| r.trim_start())
+            .unwrap_or(""),
+        None => s,
+    };
+    let word: String = s
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    matches!(
+        word.as_str(),
+        "CREATE" | "ALTER" | "DROP" | "RENAME" | "TRUNCATE"
+    )
+}
+
+fn uuid_text(sid: &[u8; 16]) -> String {
+    let h: String = sid.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+impl State<'_> {
+    /// Handles one event. `Ok(false)`: the pipeline stopped.
+    async fn event(&mut self, conn: &BinlogConn, ev: Event) -> Result<bool, SourceError> {
+        let h = ev.header();
+        let ty = h.event_type_raw();
+        self.metrics.events_read.inc();
+        if h.timestamp() != 0 {
+            let now = now_ms() / 1000;
+            self.metrics
+                .seconds_behind
+                .set((now - h.timestamp() as i64).max(0) as u64);
+        }
+        let log_pos = h.log_pos() as u64;
+        // A format description resent at the stream's start and fake events carry 0 (or
+        // the file's own header position): they do not move the stream.
+        let moves = log_pos != 0 && ty != EventType::FORMAT_DESCRIPTION_EVENT as u8;
+        match ty {
+            binlog::MARIADB_GTID_EVENT => {
+                let g = binlog::parse_gtid_event(ev.data(), h.server_id()).map_err(|e| {
+                    SourceError::definite(
+                        "reading the binlog",
+                        e.to_string(),
+                        "report this as a bug",
+                    )
+                })?;
+                let skip = self
+                    .gtid_set
+                    .as_ref()
+                    .is_some_and(|s| s.contains_mariadb(&g.gtid));
+                if skip {
+                    tracing::debug!(gtid = %g.gtid, "skipping a transaction already in the stored GTID state");
+                }
+                let mut tx = self.open_tx(h.server_id(), h.timestamp());
+                tx.gtid = Some(g.gtid.to_string().into());
+                tx.maria = Some(g.gtid);
+                tx.standalone = g.standalone();
+                tx.skip = skip;
+                self.tx = Some(tx);
+            }
+            binlog::FIRST_COMPRESSED_EVENT..=binlog::LAST_COMPRESSED_EVENT => {
+                return Err(SourceError::definite(
+                    "reading the binlog",
+                    format!("the binlog holds compressed events (type {ty}), which this connector does not decode"),
+                    "SET GLOBAL log_bin_compress = OFF (and in my.cnf); the compressed part of the binlog cannot be captured: take a new snapshot after it",
+                ));
+            }
+            binlog::START_ENCRYPTION_EVENT => {
+                return Err(SourceError::definite(
+                    "reading the binlog",
+                    "the server sent a START_ENCRYPTION event: binlog encryption is not supported over replication by this connector",
+                    "turn off encrypt_binlog",
+                ));
+            }
+            binlog::GTID_LIST_EVENT
+            | binlog::BINLOG_CHECKPOINT_EVENT
+            | binlog::ANNOTATE_ROWS_EVENT => {}
+            _ => {
+                let data = ev.read_data().map_err(|e| {
+                    SourceError::definite(
+                        "decoding a binlog event",
+                        format!("event type {ty} at {}:{}: {e}", self.file, self.next_pos),
+                        "report this as a bug",
+                    )
+                })?;
+                match data {
+                    Some(EventData::RotateEvent(r)) => {
+                        self.file = r.name().as_ref().into();
+                        self.next_pos = r.position();
+                        self.metrics.position(&self.file, self.next_pos);
+                        return Ok(true);
+                    }
+                    Some(EventData::QueryEvent(q)) => {
+                        let sql = q.query();
+                        let sql = sql.trim();
+                        if sql.eq_ignore_ascii_case("BEGIN") {
+                            if self.tx.is_none() {
+                                self.tx = Some(self.open_tx(h.server_id(), h.timestamp()));
+                            }
+                        } else if sql.eq_ignore_ascii_case("COMMIT")
+                            || sql.eq_ignore_ascii_case("ROLLBACK")
+                        {
+                            self.advance(moves, log_pos);
+                            return self.commit().await;
+                        } else {
+                            if is_ddl(sql) {
+                                self.ddl_epoch += 1;
+                                tracing::info!(schema = %q.schema(), "DDL in the binlog: table definitions are reloaded at their next change");
+                            }
+                            let in_group = self.tx.as_ref().map(|t| !t.standalone);
+                            if in_group == Some(true) {
+                                // A statement inside a transaction: not row-based.
+                                tracing::debug!("a statement-based event inside a transaction is ignored (binlog_format must be ROW)");
+                            } else {
+                                self.advance(moves, log_pos);
+                                return self.commit().await;
+                            }
+                        }
+                    }
+                    Some(EventData::XidEvent(_)) => {
+                        self.advance(moves, log_pos);
+                        return self.commit().await;
+                    }
+                    Some(EventData::GtidEvent(g)) => {
+                        let uuid = uuid_text(&g.sid());
+                        let skip = self
+                            .gtid_set
+                            .as_ref()
+                            .is_some_and(|s| s.contains_mysql(&uuid, "", g.gno()));
+                        let mut tx = self.open_tx(h.server_id(), h.timestamp());
+                        tx.gtid = Some(format!("{uuid}:{}", g.gno()).into());
+                        tx.mysql_gtid = Some((uuid, g.gno()));
+                        tx.skip = skip;
+                        self.tx = Some(tx);
+                    }
+                    Some(EventData::TableMapEvent(t)) => {
+                        let id = t.table_id();
+                        let name = TableId::new(t.database_name(), t.table_name());
+                        let c = self.resolve(&name).await?;
+                        self.maps.insert(id, c);
+                    }
+                    Some(EventData::RowsEvent(r)) if !self.rows(conn, &r).await? => {
+                        return Ok(false);
+                    }
+                    Some(EventData::HeartbeatEvent) => {
+                        self.metrics.seconds_behind.set(0);
+                        return self.flush_pending().await;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.advance(moves, log_pos);
+        Ok(true)
+    }
+
+    fn advance(&mut self, moves: bool, log_pos: u64) {
+        if moves {
+            self.next_pos = log_pos;
+            self.metrics.position(&self.file, log_pos);
+        }
+    }
+
+    fn open_tx(&mut self, server_id: u32, ts: u32) -> Tx {
+        if let Some(t) = self.tx.take() {
+            if !t.events.is_empty() {
+                tracing::warn!(gtid = ?t.gtid, "a transaction without an end event was followed by another one; its changes are dropped");
+            }
+        }
+        Tx {
+            gtid: None,
+            maria: None,
+            mysql_gtid: None,
+            standalone: false,
+            skip: false,
+            file: self.file.clone(),
+            start_pos: self.next_pos,
+            server_id,
+            ts_ms: ts as i64 * 1000,
+            events: Vec::new(),
+            bytes: 0,
+            total: 0,
+            per_table: HashMap::new(),
+            id: None,
+        }
+    }
+
+    /// The captured table `name` is, loading (or reloading after DDL) its definition.
+    async fn resolve(&mut self, name: &TableId) -> Result<Option<Arc<Captured>>, SourceError> {
+        if !self.cfg.filter.includes(name) {
+            return Ok(None);
+        }
+        if let Some(c) = self.by_name.get(name) {
+            if c.epoch == self.ddl_epoch {
+                return Ok(Some(c.clone()));
+            }
+        }
+        let Some(my) = load_table(self.tables, name).await? else {
+            self.by_name.remove(name);
+            return Ok(None);
+        };
+        let c = Arc::new(Captured::new(my, self.ddl_epoch)?);
+        let changed = self.by_name.get(name).is_none_or(|old| old.my != c.my);
+        if changed {
+            tracing::info!(table = %name, columns = c.my.columns.len(), "table definition loaded");
+        } else if let Some(old) = self.by_name.get(name) {
+            // Same definition: keep the same schema (no new version in the pipeline).
+            let keep = Arc::new(Captured {
+                my: c.my.clone(),
+                schema: old.schema.clone(),
+                epoch: self.ddl_epoch,
+            });
+            self.by_name.insert(name.clone(), keep.clone());
+            return Ok(Some(keep));
+        }
+        self.by_name.insert(name.clone(), c.clone());
+        Ok(Some(c))
+    }
+
+    /// Decodes one rows event into the open transaction. `Ok(false)`: the pipeline stopped.
+    async fn rows(
+        &mut self,
+        conn: &BinlogConn,
+        r: &RowsEventData<'_>,
+    ) -> Result<bool, SourceError> {
+        let table_id = r.table_id();
+        let Some(Some(table)) = self.maps.get(&table_id).cloned() else {
+            return Ok(true);
+        };
+        if self.tx.is_none() {
+            // Row events outside BEGIN … COMMIT (a non-transactional table without
+            // GTIDs): their own group, ending at the statement-end flag.
+            self.tx = Some(self.open_tx(0, 0));
+        }
+        let Some(tme) = conn.stream.get_tme(table_id) else {
+            return Err(SourceError::definite(
+                "decoding a rows event",
+                format!("no table map for table id {table_id}"),
+                "report this as a bug",
+            ));
+        };
+        let tx = self.tx.as_mut().expect("open");
+        if tx.skip {
+            return Ok(true);
+        }
+        let kind = match r {
+            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => 'c',
+            RowsEventData::UpdateRowsEvent(_)
+            | RowsEventData::UpdateRowsEventV1(_)
+            | RowsEventData::PartialUpdateRowsEvent(_) => 'u',
+            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => 'd',
+        };
+        let cols = &table.my.columns;
+        let bad = |what: String| {
+            SourceError::definite(
+                format!("decoding a change of {}", table.schema.id),
+                what,
+                "check that binlog_row_image = FULL; if the table was altered, report this with its definition",
+            )
+        };
+        let decode_row = |row: BinlogRow, opts: &DecodeOptions| -> Result<Row, SourceError> {
+            if row.len() != cols.len() {
+                return Err(bad(format!(
+                    "the row event has {} columns, the table's definition {}",
+                    row.len(),
+                    cols.len()
+                )));
+            }
+            let mut values = Vec::with_capacity(cols.len());
+            for (i, c) in cols.iter().enumerate() {
+                values.push(match row.as_ref(i) {
+                    Some(v) => decode::binlog_value(c, v, opts),
+                    None => Value::Null,
+                });
+            }
+            Ok(Row::new(values))
+        };
+        let server_id = tx.server_id;
+        for (index, row) in r.rows(tme).enumerate() {
+            let (before, after) = row.map_err(|e| bad(e.to_string()))?;
+            let pos = SourcePosition::Mysql(MySqlPosition {
+                file: tx.file.to_string(),
+                pos: tx.start_pos,
+                row: index as u32,
+                event: 0,
+                gtid: tx.gtid.as_deref().map(str::to_string),
+                gtid_set: None,
+                server_id,
+                thread: None,
+            });
+            let schema = table.schema.clone();
+            let ts = tx.ts_ms;
+            let ev = match (kind, before, after) {
+                ('c', _, Some(a)) => {
+                    ChangeEvent::create(schema, decode_row(a, &self.opts)?, pos, ts)
+                }
+                ('u', b, Some(a)) => {
+                    let b = b.map(|b| decode_row(b, &self.opts)).transpose()?;
+                    ChangeEvent::update(schema, b, decode_row(a, &self.opts)?, pos, ts)
+                }
+                ('d', Some(b), _) => {
+                    ChangeEvent::delete(schema, decode_row(b, &self.opts)?, pos, ts)
+                }
+                _ => return Err(bad("a rows event without the image its kind needs".into())),
+            };
+            let mut ev = ev.map_err(|e| bad(e.to_string()))?;
+            tx.total += 1;
+            let n = match tx.per_table.get_mut(&table.schema.id) {
+                Some(n) => n,
+                None => tx.per_table.entry(table.schema.id.clone()).or_insert(0),
+            };
+            *n += 1;
+            let id = tx
+                .id
+                .get_or_insert_with(|| match &tx.gtid {
+                    Some(g) => g.clone(),
+                    None => format!("{}:{}", tx.file, tx.start_pos).into(),
+                })
+                .clone();
+            ev.tx = Some(TransactionInfo {
+                id,
+                total_order: tx.total,
+                data_collection_order: *n,
+            });
+            if ev.changes_key() {
+                tx.total += 1;
+                *n += 1;
+            }
+            tx.bytes += ev.approx_size() as u64;
+            tx.events.push(ev);
+        }
+        if tx.events.len() >= self.cfg.max_batch_events {
+            let events = std::mem::take(&mut tx.events);
+            let bytes = std::mem::take(&mut tx.bytes);
+            let b = ChangeBatch {
+                events,
+                commit: None,
+                approx_bytes: bytes,
+                snapshot: None,
+            };
+            if send(&self.batches, b).await.is_err() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Ends the open group (or a statement outside one) at `next_pos`.
+    async fn commit(&mut self) -> Result<bool, SourceError> {
+        let tx = self.tx.take();
+        let (gtid, server_id, skip, events, bytes) = match tx {
+            Some(mut t) => {
+                if let (Some(set), Some(g)) = (self.gtid_set.as_mut(), t.maria) {
+                    set.add_mariadb(g);
+                }
+                if let (Some(set), Some((u, n))) = (self.gtid_set.as_mut(), t.mysql_gtid.as_ref()) {
+                    set.add_mysql(u, "", *n);
+                }
+                let events = std::mem::take(&mut t.events);
+                (
+                    t.gtid.map(|g| g.to_string()),
+                    t.server_id,
+                    t.skip,
+                    events,
+                    t.bytes,
+                )
+            }
+            None => (None, 0, false, Vec::new(), 0),
+        };
+        let pos = MySqlPosition {
+            file: self.file.to_string(),
+            pos: self.next_pos,
+            row: 0,
+            event: 0,
+            gtid,
+            gtid_set: self.gtid_set.clone(),
+            server_id,
+            thread: None,
+        };
+        if skip || events.is_empty() {
+            self.pending = Some(pos);
+            self.pending_count += 1;
+            if self.pending_count >= 256 || self.last_sent.elapsed() >= Duration::from_secs(1) {
+                return self.flush_pending().await;
+            }
+            return Ok(true);
+        }
+        self.pending = None;
+        self.pending_count = 0;
+        self.last_sent = Instant::now();
+        let b = ChangeBatch {
+            events,
+            commit: Some(Checkpoint::At(SourcePosition::Mysql(pos))),
+            approx_bytes: bytes,
+            snapshot: None,
+        };
+        Ok(send(&self.batches, b).await.is_ok())
+    }
+
+    /// Sends the checkpoint of the filtered-out transactions seen since the last batch.
+    async fn flush_pending(&mut self) -> Result<bool, SourceError> {
+        let Some(pos) = self.pending.take() else {
+            return Ok(true);
+        };
+        self.pending_count = 0;
+        self.last_sent = Instant::now();
+        let b = ChangeBatch {
+            events: Vec::new(),
+            commit: Some(Checkpoint::At(SourcePosition::Mysql(pos))),
+            approx_bytes: 0,
+            snapshot: None,
+        };
+        Ok(send(&self.batches, b).await.is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ddl_statements() {
+        for s in [
+            "ALTER TABLE t ADD COLUMN c int",
+            "  create table x (a int)",
+            "/* generated by server */ DROP TABLE t",
+            "RENAME TABLE a TO b",
+            "truncate t",
+        ] {
+            assert!(is_ddl(s), "{s}");
+        }
+        for s in [
+            "BEGIN",
+            "COMMIT",
+            "INSERT INTO t VALUES (1)",
+            "SAVEPOINT x",
+            "XA START 'x'",
+        ] {
+            assert!(!is_ddl(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn uuids() {
+        let sid = [
+            0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42,
+            0x95, 0x62,
+        ];
+        assert_eq!(uuid_text(&sid), "3e11fa47-71ca-11e1-9e33-c80aa9429562");
+    }
+}
