@@ -201,6 +201,10 @@ pub struct BinlogConn {
     pub stream: BinlogStream,
     /// Reads time out after this long without any event (heartbeats included).
     pub read_timeout: Duration,
+    /// The server checksums events (`binlog_checksum = CRC32`). Events read before the
+    /// first format description (the fake rotate at the start) still carry the 4 bytes:
+    /// the reader learns the algorithm from that description.
+    pub checksum: bool,
 }
 
 /// A failure of the binlog connection, classified.
@@ -270,6 +274,11 @@ pub async fn open(
     conn.query_drop(setup)
         .await
         .map_err(|e| my_err("preparing the binlog connection", e))?;
+    let checksum: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.binlog_checksum")
+        .await
+        .map_err(|e| my_err("preparing the binlog connection", e))?;
+    let checksum = checksum.is_some_and(|c| !c.eq_ignore_ascii_case("NONE"));
     let by_gtid = flavor == Flavor::MariaDb && start.gtid_state().is_some();
     let request = if by_gtid {
         BinlogStreamRequest::new(server_id)
@@ -287,6 +296,7 @@ pub async fn open(
     Ok(BinlogConn {
         stream,
         read_timeout: heartbeat * 3 + Duration::from_secs(2),
+        checksum,
     })
 }
 

@@ -143,7 +143,8 @@ fn column_of(r: &ColumnRow) -> MyColumn {
         column_type: r.4.clone(),
         charset: r.5.clone(),
         nullable: r.6.eq_ignore_ascii_case("YES"),
-        default: r.7.clone(),
+        // MariaDB reports a NULL default as the text NULL.
+        default: r.7.clone().filter(|d| d != "NULL"),
         generated: extra.contains("VIRTUAL")
             || extra.contains("STORED")
             || extra.contains("PERSISTENT"),

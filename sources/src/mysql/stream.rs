@@ -137,6 +137,8 @@ struct State<'a> {
     pending: Option<MySqlPosition>,
     pending_count: u32,
     last_sent: Instant,
+    /// A format description was read (see [`BinlogConn::checksum`]).
+    seen_fde: bool,
 }
 
 /// Streams from `start` until shutdown or an error.
@@ -194,6 +196,7 @@ pub(super) async fn stream(
         pending: None,
         pending_count: 0,
         last_sent: Instant::now(),
+        seen_fde: false,
     };
     let mut shutdown = ctx.shutdown.clone();
     let mut first = true;
@@ -279,6 +282,9 @@ impl State<'_> {
         // A format description resent at the stream's start and fake events carry 0 (or
         // the file's own header position): they do not move the stream.
         let moves = log_pos != 0 && ty != EventType::FORMAT_DESCRIPTION_EVENT as u8;
+        if ty == EventType::FORMAT_DESCRIPTION_EVENT as u8 {
+            self.seen_fde = true;
+        }
         match ty {
             binlog::MARIADB_GTID_EVENT => {
                 let g = binlog::parse_gtid_event(ev.data(), h.server_id()).map_err(|e| {
@@ -329,7 +335,11 @@ impl State<'_> {
                 })?;
                 match data {
                     Some(EventData::RotateEvent(r)) => {
-                        self.file = r.name().as_ref().into();
+                        let mut name = r.name_raw();
+                        if conn.checksum && !self.seen_fde && name.len() > 4 {
+                            name = &name[..name.len() - 4];
+                        }
+                        self.file = String::from_utf8_lossy(name).as_ref().into();
                         self.next_pos = r.position();
                         self.metrics.position(&self.file, self.next_pos);
                         return Ok(true);
