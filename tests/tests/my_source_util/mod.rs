@@ -393,3 +393,12 @@ pub async fn workload(
     }
     done
 }
+
+impl Connector {
+    /// Appends `text` to the config file (before `start`).
+    pub fn append_config(&self, text: &str) {
+        let mut s = std::fs::read_to_string(&self.config).unwrap();
+        s.push_str(text);
+        std::fs::write(&self.config, s).unwrap();
+    }
+}
