@@ -32,9 +32,11 @@ use std::time::Duration;
 use cdc_schemas::gtid::MariaGtid;
 use cdc_schemas::GtidSet;
 use futures_util::StreamExt;
-use mysql_async::binlog::events::Event;
+use mysql_async::binlog::events::{Event, RowsEventData, TableMapEvent};
+use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
+use mysql_common::io::ParseBuf;
 
 use super::conn::{MySqlConnectError, MySqlEndpoint};
 use crate::SourceError;
@@ -194,6 +196,113 @@ pub fn parse_binlog_checkpoint(data: &[u8]) -> Result<String, EventFormatError> 
 /// Decodes an `ANNOTATE_ROWS` body: the statement text (never logged: it holds values).
 pub fn parse_annotate_rows(data: &[u8]) -> String {
     String::from_utf8_lossy(data).into_owned()
+}
+
+/// The row images of a rows event, parsed without `mysql_common`'s per-row column
+/// objects: each value is parsed in place (borrowing the event's bytes) into `before` /
+/// `after`, which are reused from row to row, and `f` is called with the row's index and
+/// its images (`None` for a column the image does not hold).
+///
+/// Layout (both MySQL and MariaDB, v1 and v2): per row, the before image (update,
+/// delete) then the after image (write, update); an image is a NULL bitmap of one bit
+/// per column present in the event's column bitmap, then the non-NULL values in column
+/// order, each in its type's binlog encoding (the table map gives type and metadata).
+pub fn for_each_row<'a>(
+    r: &'a RowsEventData<'a>,
+    tme: &'a TableMapEvent<'a>,
+    unsigned: &[bool],
+    before: &mut Vec<Option<BinlogValue<'a>>>,
+    after: &mut Vec<Option<BinlogValue<'a>>>,
+    mut f: impl FnMut(
+        u32,
+        Option<&[Option<BinlogValue<'a>>]>,
+        Option<&[Option<BinlogValue<'a>>]>,
+    ) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
+    let bad = |what: String| {
+        SourceError::definite(
+            format!(
+                "decoding a rows event of {}.{}",
+                tme.database_name(),
+                tme.table_name()
+            ),
+            what,
+            "report this as a bug, with the table's definition",
+        )
+    };
+    if let RowsEventData::PartialUpdateRowsEvent(_) = r {
+        return Err(SourceError::definite(
+            "reading the binlog",
+            "partial JSON updates (binlog_row_value_options = PARTIAL_JSON) do not carry full after images",
+            "SET GLOBAL binlog_row_value_options = ''; and remove it from my.cnf",
+        ));
+    }
+    let n = r.num_columns() as usize;
+    let mut types = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = match tme.get_column_type(i) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Err(bad(format!("the table map has no type for column {i}"))),
+            Err(e) => return Err(bad(format!("column {i}: {e}"))),
+        };
+        types.push((t, tme.get_column_metadata(i).unwrap_or(&[])));
+    }
+    let before_cols: Option<Vec<bool>> = r
+        .columns_before_image()
+        .map(|b| (0..n).map(|i| b.get(i).is_some_and(|x| *x)).collect());
+    let after_cols: Option<Vec<bool>> = r
+        .columns_after_image()
+        .map(|b| (0..n).map(|i| b.get(i).is_some_and(|x| *x)).collect());
+    let mut buf = ParseBuf(r.rows_data());
+    let read = |buf: &mut ParseBuf<'a>,
+                cols: &[bool],
+                out: &mut Vec<Option<BinlogValue<'a>>>|
+     -> Result<(), SourceError> {
+        out.clear();
+        let present = cols.iter().filter(|c| **c).count();
+        let nulls: &[u8] = buf
+            .checked_eat(present.div_ceil(8))
+            .ok_or_else(|| bad("a row image shorter than its NULL bitmap".into()))?;
+        let mut k = 0usize;
+        for (i, &(t, meta)) in types.iter().enumerate() {
+            if !cols[i] {
+                out.push(None);
+                continue;
+            }
+            let null = nulls[k / 8] >> (k % 8) & 1 == 1;
+            k += 1;
+            if null {
+                out.push(Some(BinlogValue::Value(mysql_common::Value::NULL)));
+            } else {
+                let u = unsigned.get(i).copied().unwrap_or(false);
+                let v = buf
+                    .parse::<BinlogValue<'a>>((t, meta, u, false))
+                    .map_err(|e| bad(format!("column {i} ({t:?}): {e}")))?;
+                out.push(Some(v));
+            }
+        }
+        Ok(())
+    };
+    let mut index = 0u32;
+    while !buf.is_empty() {
+        let b = match &before_cols {
+            Some(cols) => {
+                read(&mut buf, cols, before)?;
+                Some(before.as_slice())
+            }
+            None => None,
+        };
+        let a = match &after_cols {
+            Some(cols) => {
+                read(&mut buf, cols, after)?;
+                Some(after.as_slice())
+            }
+            None => None,
+        };
+        f(index, b, a)?;
+        index += 1;
+    }
+    Ok(())
 }
 
 /// An open binlog stream.

@@ -46,11 +46,11 @@ use std::time::{Duration, Instant};
 
 use cdc_schemas::gtid::MariaGtid;
 use cdc_schemas::{
-    ChangeEvent, Checkpoint, GtidSet, MySqlPosition, Row, SourcePosition, TableId, TableSchema,
-    TransactionInfo, Value,
+    ChangeEvent, Checkpoint, GtidSet, MySqlPosition, Op, Row, SourcePosition, TableId, TableSchema,
+    TransactionInfo,
 };
 use mysql_async::binlog::events::{Event, EventData, RowsEventData};
-use mysql_async::binlog::row::BinlogRow;
+use mysql_async::binlog::value::BinlogValue;
 use mysql_async::binlog::EventType;
 
 use super::binlog::{self, BinlogConn, BinlogStart, Flavor, Next};
@@ -81,6 +81,8 @@ impl From<SourceError> for StreamEnd {
 pub(super) struct Captured {
     pub my: MyTable,
     pub schema: Arc<TableSchema>,
+    /// Per column: `UNSIGNED` (the binlog encodes integers without their sign).
+    pub unsigned: Vec<bool>,
     /// The DDL epoch the definition was loaded in (see "Schema changes").
     epoch: u64,
 }
@@ -94,7 +96,13 @@ impl Captured {
                 "report this as a bug, with the table's definition",
             )
         })?;
-        Ok(Captured { my, schema, epoch })
+        let unsigned = my.columns.iter().map(|c| c.unsigned()).collect();
+        Ok(Captured {
+            my,
+            schema,
+            unsigned,
+            epoch,
+        })
     }
 }
 
@@ -462,6 +470,7 @@ impl State<'_> {
             let keep = Arc::new(Captured {
                 my: c.my.clone(),
                 schema: old.schema.clone(),
+                unsigned: c.unsigned.clone(),
                 epoch: self.ddl_epoch,
             });
             self.by_name.insert(name.clone(), keep.clone());
@@ -483,7 +492,7 @@ impl State<'_> {
         };
         if self.tx.is_none() {
             // Row events outside BEGIN … COMMIT (a non-transactional table without
-            // GTIDs): their own group, ending at the statement-end flag.
+            // GTIDs): their own group, ending at the statement.
             self.tx = Some(self.open_tx(0, 0));
         }
         let Some(tme) = conn.stream.get_tme(table_id) else {
@@ -498,11 +507,11 @@ impl State<'_> {
             return Ok(true);
         }
         let kind = match r {
-            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => 'c',
+            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => Op::Create,
             RowsEventData::UpdateRowsEvent(_)
             | RowsEventData::UpdateRowsEventV1(_)
-            | RowsEventData::PartialUpdateRowsEvent(_) => 'u',
-            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => 'd',
+            | RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
+            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => Op::Delete,
         };
         let cols = &table.my.columns;
         let bad = |what: String| {
@@ -512,77 +521,94 @@ impl State<'_> {
                 "check that binlog_row_image = FULL; if the table was altered, report this with its definition",
             )
         };
-        let decode_row = |row: BinlogRow, opts: &DecodeOptions| -> Result<Row, SourceError> {
-            if row.len() != cols.len() {
-                return Err(bad(format!(
-                    "the row event has {} columns, the table's definition {}",
-                    row.len(),
-                    cols.len()
-                )));
-            }
+        if r.num_columns() as usize != cols.len() {
+            return Err(bad(format!(
+                "the row event has {} columns, the table's definition {}",
+                r.num_columns(),
+                cols.len()
+            )));
+        }
+        let opts = &self.opts;
+        let decode_row = |image: &[Option<BinlogValue<'_>>]| -> Result<Row, SourceError> {
             let mut values = Vec::with_capacity(cols.len());
-            for (i, c) in cols.iter().enumerate() {
-                values.push(match row.as_ref(i) {
+            for (c, v) in cols.iter().zip(image) {
+                values.push(match v {
                     Some(v) => decode::binlog_value(c, v, opts),
-                    None => Value::Null,
+                    None => {
+                        return Err(bad(format!(
+                            "column {} is not in the row image (binlog_row_image must be FULL)",
+                            c.name
+                        )))
+                    }
                 });
             }
             Ok(Row::new(values))
         };
-        let server_id = tx.server_id;
-        for (index, row) in r.rows(tme).enumerate() {
-            let (before, after) = row.map_err(|e| bad(e.to_string()))?;
-            let pos = SourcePosition::Mysql(MySqlPosition {
-                file: tx.file.to_string(),
-                pos: tx.start_pos,
-                row: index as u32,
-                event: 0,
-                gtid: tx.gtid.as_deref().map(str::to_string),
-                gtid_set: None,
-                server_id,
-                thread: None,
-            });
-            let schema = table.schema.clone();
-            let ts = tx.ts_ms;
-            let ev = match (kind, before, after) {
-                ('c', _, Some(a)) => {
-                    ChangeEvent::create(schema, decode_row(a, &self.opts)?, pos, ts)
-                }
-                ('u', b, Some(a)) => {
-                    let b = b.map(|b| decode_row(b, &self.opts)).transpose()?;
-                    ChangeEvent::update(schema, b, decode_row(a, &self.opts)?, pos, ts)
-                }
-                ('d', Some(b), _) => {
-                    ChangeEvent::delete(schema, decode_row(b, &self.opts)?, pos, ts)
-                }
-                _ => return Err(bad("a rows event without the image its kind needs".into())),
-            };
-            let mut ev = ev.map_err(|e| bad(e.to_string()))?;
-            tx.total += 1;
-            let n = match tx.per_table.get_mut(&table.schema.id) {
-                Some(n) => n,
-                None => tx.per_table.entry(table.schema.id.clone()).or_insert(0),
-            };
-            *n += 1;
-            let id = tx
-                .id
-                .get_or_insert_with(|| match &tx.gtid {
-                    Some(g) => g.clone(),
-                    None => format!("{}:{}", tx.file, tx.start_pos).into(),
-                })
-                .clone();
-            ev.tx = Some(TransactionInfo {
-                id,
-                total_order: tx.total,
-                data_collection_order: *n,
-            });
-            if ev.changes_key() {
+        // Shared by the event's records: one allocation per rows event, not per row.
+        let gtid: Option<String> = tx.gtid.as_deref().map(str::to_string);
+        let file = tx.file.to_string();
+        let (server_id, start_pos, ts) = (tx.server_id, tx.start_pos, tx.ts_ms);
+        let id = tx
+            .id
+            .get_or_insert_with(|| match &tx.gtid {
+                Some(g) => g.clone(),
+                None => format!("{}:{}", tx.file, tx.start_pos).into(),
+            })
+            .clone();
+        let mut before = Vec::with_capacity(cols.len());
+        let mut after = Vec::with_capacity(cols.len());
+        binlog::for_each_row(
+            r,
+            tme,
+            &table.unsigned,
+            &mut before,
+            &mut after,
+            |index, b, a| {
+                let pos = SourcePosition::Mysql(MySqlPosition {
+                    file: file.clone(),
+                    pos: start_pos,
+                    row: index,
+                    event: 0,
+                    gtid: gtid.clone(),
+                    gtid_set: None,
+                    server_id,
+                    thread: None,
+                });
+                let schema = table.schema.clone();
+                let ev = match (kind, b, a) {
+                    (Op::Create, _, Some(a)) => {
+                        ChangeEvent::create(schema, decode_row(a)?, pos, ts)
+                    }
+                    (Op::Update, b, Some(a)) => {
+                        let b = b.map(&decode_row).transpose()?;
+                        ChangeEvent::update(schema, b, decode_row(a)?, pos, ts)
+                    }
+                    (Op::Delete, Some(b), _) => {
+                        ChangeEvent::delete(schema, decode_row(b)?, pos, ts)
+                    }
+                    _ => return Err(bad("a rows event without the image its kind needs".into())),
+                };
+                let mut ev = ev.map_err(|e| bad(e.to_string()))?;
                 tx.total += 1;
+                let n = match tx.per_table.get_mut(&table.schema.id) {
+                    Some(n) => n,
+                    None => tx.per_table.entry(table.schema.id.clone()).or_insert(0),
+                };
                 *n += 1;
-            }
-            tx.bytes += ev.approx_size() as u64;
-            tx.events.push(ev);
-        }
+                ev.tx = Some(TransactionInfo {
+                    id: id.clone(),
+                    total_order: tx.total,
+                    data_collection_order: *n,
+                });
+                if ev.changes_key() {
+                    tx.total += 1;
+                    *n += 1;
+                }
+                tx.bytes += ev.approx_size() as u64;
+                tx.events.push(ev);
+                Ok(())
+            },
+        )?;
         if tx.events.len() >= self.cfg.max_batch_events {
             let events = std::mem::take(&mut tx.events);
             let bytes = std::mem::take(&mut tx.bytes);
