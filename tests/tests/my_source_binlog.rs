@@ -161,3 +161,35 @@ async fn without_the_capability_gtid_events_become_begin_queries() {
     );
     let _ = stream.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_stream_gets_heartbeats() {
+    let my = MariaDbServer::shared();
+    let (file, pos, _) = master_status(my).await;
+    let start = BinlogStart {
+        file,
+        pos,
+        gtid_set: None,
+    };
+    let mut conn = binlog::open(
+        &endpoint(my),
+        3_900_003,
+        Flavor::MariaDb,
+        &start,
+        Duration::from_millis(200),
+    )
+    .await
+    .unwrap();
+    // The read timeout (three periods and a margin) would fail this loop if the server
+    // sent nothing while idle.
+    let mut heartbeats = 0;
+    while heartbeats < 3 {
+        let Next::Event(ev) = conn.next().await.unwrap() else {
+            panic!("stream ended")
+        };
+        if matches!(ev.read_data(), Ok(Some(EventData::HeartbeatEvent))) {
+            heartbeats += 1;
+        }
+    }
+    let _ = conn.stream.close().await;
+}

@@ -299,3 +299,38 @@ async fn added_column_appears_in_later_records() {
     assert_eq!(upd["before"]["v"], 0, "{upd}");
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn large_transactions_multi_row_events_and_nulls() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 0).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.source_key("max_batch_events = 100");
+    c.start();
+    c.converge(my, &db, T).await;
+    // One transaction of 5000 rows in multi-row events, every third pad NULL; then one
+    // statement updating all of them, one deleting some.
+    my.execute(&format!(
+        "START TRANSACTION;
+         INSERT INTO {db}.acct SELECT seq, 0, IF(seq % 3 = 0, NULL, CONCAT('p', seq)) FROM {db}.seq_1_to_5000;
+         COMMIT;
+         UPDATE {db}.acct SET v = v + 1;
+         DELETE FROM {db}.acct WHERE id % 10 = 0;"
+    ))
+    .await
+    .unwrap();
+    c.converge(my, &db, T).await;
+    let recs = c.records();
+    assert_eq!(check_histories(&recs).unwrap(), 5000 + 5000 + 500);
+    let null_pad = values(&recs)
+        .find(|v| v["op"] == "c" && v["after"]["id"] == 3)
+        .unwrap();
+    assert!(null_pad["after"]["pad"].is_null(), "{null_pad}");
+    // The insert's records share one GTID and keep their order within the row events.
+    let gtids: std::collections::BTreeSet<&str> = values(&recs)
+        .filter(|v| v["op"] == "c")
+        .filter_map(|v| v["source"]["gtid"].as_str())
+        .collect();
+    assert_eq!(gtids.len(), 1, "{gtids:?}");
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+}

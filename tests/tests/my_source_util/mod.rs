@@ -402,3 +402,12 @@ impl Connector {
         std::fs::write(&self.config, s).unwrap();
     }
 }
+
+impl Connector {
+    /// Adds a `[source]` key line (before `start`).
+    pub fn source_key(&self, line: &str) {
+        let s = std::fs::read_to_string(&self.config).unwrap();
+        let s = s.replacen("[source]\n", &format!("[source]\n{line}\n"), 1);
+        std::fs::write(&self.config, s).unwrap();
+    }
+}
