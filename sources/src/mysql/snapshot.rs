@@ -14,8 +14,8 @@
 //! read, then the lock is released before any row is read.
 //!
 //! Values are read over the text protocol with the session's `time_zone = '+00:00'` and
-//! parsed by [`decode::text_value`]; table definitions are loaded inside the snapshot's
-//! transaction, so they are the ones the rows have.
+//! parsed by [`decode::text_value`]; table schemas are loaded ([`Schemas::load`]) inside
+//! the snapshot's transaction, so they are the ones the rows have.
 //!
 //! One connection reads the tables one after the other (chunking tables by key ranges
 //! over several connections sharing the snapshot is a later step).
@@ -41,7 +41,8 @@ use super::binlog::{connect_err, my_err, BinlogStart, Flavor};
 use super::config::MySqlSourceConfig;
 use super::decode::{self, DecodeOptions};
 use super::metrics::MyMetrics;
-use super::source::{load_tables, my_ident, now_ms, send};
+use super::schema::Schemas;
+use super::source::{my_ident, now_ms, schema_err, send};
 use super::stream::Captured;
 use super::table::MyTable;
 use crate::progress::SnapshotProgress;
@@ -50,8 +51,8 @@ use crate::{ChangeBatch, SnapshotMark, SourceError};
 /// What a finished snapshot hands to the stream.
 pub struct SnapshotDone {
     pub start: BinlogStart,
-    /// The tables read, with the definitions the stream starts with.
-    pub tables: Vec<MyTable>,
+    /// The schemas of the tables read: the stream starts with them.
+    pub schemas: Schemas,
     pub rows: u64,
 }
 
@@ -212,7 +213,10 @@ pub async fn run_snapshot(
     let started = Instant::now();
     let mut conn = cfg.endpoint.connect().await.map_err(connect_err)?;
     let start = open_snapshot(&mut conn, flavor).await?;
-    let tables = load_tables(&mut conn, &cfg.filter).await?;
+    let schemas = Schemas::load(&mut conn, &cfg.filter)
+        .await
+        .map_err(schema_err)?;
+    let tables: Vec<MyTable> = schemas.iter().cloned().collect();
     let ids: Vec<TableId> = tables.iter().map(MyTable::id).collect();
     send(
         out,
@@ -254,7 +258,7 @@ pub async fn run_snapshot(
     let opts = DecodeOptions::default();
     let result = async {
         for t in &tables {
-            let c = Captured::new(t.clone(), 0)?;
+            let c = Captured::new(t.clone())?;
             let rows = read_table(&mut conn, &c, &pos, &opts, &mut seq, metrics).await?;
             seq.table_done().await?;
             progress.table_done();
@@ -280,7 +284,7 @@ pub async fn run_snapshot(
     );
     Ok(SnapshotDone {
         start,
-        tables,
+        schemas,
         rows: view.rows,
     })
 }

@@ -23,27 +23,28 @@
 //! the connector has read. The durable handle is only waited on at shutdown (bounded),
 //! so that what was sent has a chance to become durable before the source returns.
 //!
-//! # Table definitions (interim)
+//! # Table schemas
 //!
-//! [`load_tables`] and [`load_table`] read `information_schema` here until the schema
-//! model (`schema.rs`) lands; see [`super::stream`], "Schema changes".
+//! A snapshot loads them ([`Schemas::load`]) inside its transaction, so they are the
+//! rows' schemas; the stream then follows the binlog's DDL on them. A stream resumed from
+//! a stored position loads them from `information_schema` when it starts: they are the
+//! tables' schemas *now*, so a DDL between the stored position and the restart is not
+//! seen in order (storing the schema state with the checkpoint, a schema history, is the
+//! step that closes this).
 
 use std::time::Duration;
 
-use cdc_schemas::{Checkpoint, MySqlPosition, SourcePosition, TableId};
+use cdc_schemas::{Checkpoint, MySqlPosition, SourcePosition};
 use mysql_async::prelude::Queryable;
-use mysql_async::Conn;
 use tokio::sync::mpsc;
 
 use super::binlog::{connect_err, my_err, BinlogStart, Flavor};
 use super::config::MySqlSourceConfig;
-use super::conn::MySqlEndpoint;
 use super::metrics::MyMetrics;
+use super::schema::{SchemaLoadError, Schemas};
 use super::snapshot::{current_position, run_snapshot};
 use super::stream::{stream, StreamEnd};
-use super::table::{MyColumn, MyTable};
 pub use crate::config::SnapshotMode;
-use crate::filter::TableFilter;
 use crate::{ChangeBatch, SnapshotMark, Source, SourceContext, SourceError};
 
 /// The MySQL / MariaDB source.
@@ -103,135 +104,18 @@ pub(super) fn my_position(c: Option<&Checkpoint>) -> Option<MySqlPosition> {
     }
 }
 
-/// Where the stream loads table definitions from (a connection of its own, opened on
-/// first use), and the definitions a snapshot already loaded.
-pub(super) struct TableSource {
-    endpoint: MySqlEndpoint,
-    conn: Option<Conn>,
-    pub initial: Vec<MyTable>,
-}
-
-impl TableSource {
-    fn new(endpoint: MySqlEndpoint) -> Self {
-        TableSource {
-            endpoint,
-            conn: None,
-            initial: Vec::new(),
-        }
-    }
-}
-
-const SYSTEM: &str = "('mysql', 'information_schema', 'performance_schema', 'sys')";
-
-type ColumnRow = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    Option<String>,
-    String,
-    Option<String>,
-    String,
-);
-
-fn column_of(r: &ColumnRow) -> MyColumn {
-    let extra = r.8.to_ascii_uppercase();
-    MyColumn {
-        name: r.2.clone(),
-        data_type: r.3.to_ascii_lowercase(),
-        column_type: r.4.clone(),
-        charset: r.5.clone(),
-        nullable: r.6.eq_ignore_ascii_case("YES"),
-        // MariaDB reports a NULL default as the text NULL.
-        default: r.7.clone().filter(|d| d != "NULL"),
-        generated: extra.contains("VIRTUAL")
-            || extra.contains("STORED")
-            || extra.contains("PERSISTENT"),
-    }
-}
-
-/// Every captured base table's definition (interim, see the module documentation).
-pub(super) async fn load_tables(
-    conn: &mut Conn,
-    filter: &TableFilter,
-) -> Result<Vec<MyTable>, SourceError> {
-    load_where(conn, &format!("c.TABLE_SCHEMA NOT IN {SYSTEM}"), ())
-        .await
-        .map(|v| v.into_iter().filter(|t| filter.includes(&t.id())).collect())
-}
-
-async fn load_where<P: Into<mysql_async::Params> + Clone + Send>(
-    conn: &mut Conn,
-    cond: &str,
-    params: P,
-) -> Result<Vec<MyTable>, SourceError> {
-    let err = |e| my_err("reading table definitions from information_schema", e);
-    let cols: Vec<ColumnRow> = conn
-        .exec(
-            format!(
-                "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE, \
-                        c.CHARACTER_SET_NAME, c.IS_NULLABLE, c.COLUMN_DEFAULT, c.EXTRA \
-                 FROM information_schema.COLUMNS c JOIN information_schema.TABLES t \
-                   ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
-                 WHERE t.TABLE_TYPE = 'BASE TABLE' AND {cond} \
-                 ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION"
-            ),
-            params.clone(),
+/// A failure to load table schemas as a source error.
+pub(super) fn schema_err(e: SchemaLoadError) -> SourceError {
+    if e.is_transient() {
+        SourceError::transient("loading table schemas", e.to_string()).caused_by(e)
+    } else {
+        SourceError::definite(
+            "loading table schemas",
+            e.to_string(),
+            "grant SELECT on the captured tables to the source's user",
         )
-        .await
-        .map_err(err)?;
-    let keys: Vec<(String, String, String)> = conn
-        .exec(
-            format!(
-                "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE c \
-                 WHERE c.CONSTRAINT_NAME = 'PRIMARY' AND {cond} \
-                 ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION"
-            ),
-            params,
-        )
-        .await
-        .map_err(err)?;
-    let mut out: Vec<MyTable> = Vec::new();
-    for r in &cols {
-        match out.last_mut() {
-            Some(t) if t.database == r.0 && t.name == r.1 => t.columns.push(column_of(r)),
-            _ => out.push(MyTable {
-                database: r.0.clone(),
-                name: r.1.clone(),
-                columns: vec![column_of(r)],
-                key: Vec::new(),
-            }),
-        }
+        .caused_by(e)
     }
-    for (db, name, col) in keys {
-        if let Some(t) = out.iter_mut().find(|t| t.database == db && t.name == name) {
-            t.key.push(col);
-        }
-    }
-    Ok(out)
-}
-
-/// One table's current definition; `None`: it does not exist (any more).
-pub(super) async fn load_table(
-    src: &mut TableSource,
-    id: &TableId,
-) -> Result<Option<MyTable>, SourceError> {
-    if src.conn.is_none() {
-        src.conn = Some(src.endpoint.connect().await.map_err(connect_err)?);
-    }
-    let conn = src.conn.as_mut().expect("connected");
-    let r = load_where(
-        conn,
-        "c.TABLE_SCHEMA = ? AND c.TABLE_NAME = ?",
-        (id.schema.clone(), id.name.clone()),
-    )
-    .await;
-    if r.is_err() {
-        // A broken connection is reopened on the next call.
-        src.conn = None;
-    }
-    Ok(r?.into_iter().next())
 }
 
 async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), SourceError> {
@@ -252,7 +136,7 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
     let flavor = Flavor::of_version(&version);
     let stored = my_position(ctx.resume_from.as_ref());
     let mode = cfg.snapshot_mode;
-    let mut tables = TableSource::new(cfg.endpoint.clone());
+    let mut schemas: Option<Schemas> = None;
     if mode == SnapshotMode::InitialOnly && stored.is_some() {
         tracing::info!("snapshot.mode = initial_only and the snapshot is complete: nothing to do");
         return Ok(());
@@ -268,34 +152,37 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
         }
         None if mode == SnapshotMode::Never => {
             let s = current_position(&mut conn, flavor).await?;
-            tables.initial = load_tables(&mut conn, &cfg.filter).await?;
+            schemas = Some(
+                Schemas::load(&mut conn, &cfg.filter)
+                    .await
+                    .map_err(schema_err)?,
+            );
             tracing::info!(file = %s.file, pos = s.pos, "snapshot.mode = never: streaming from the server's current position");
             s
         }
         None => {
             let over_log = ctx.resume_from.is_some();
-            match snapshot(&cfg, flavor, over_log, &mut ctx, &metrics, &mut tables).await? {
+            match snapshot(&cfg, flavor, over_log, &mut ctx, &metrics, &mut schemas).await? {
                 Some(s) => s,
                 None => return Ok(()),
             }
         }
     };
+    let schemas = match schemas {
+        Some(s) => s,
+        None => Schemas::load(&mut conn, &cfg.filter)
+            .await
+            .map_err(schema_err)?,
+    };
     let _ = conn.disconnect().await;
+    let mut schemas = Some(schemas);
     let result = loop {
-        match stream(
-            &cfg,
-            flavor,
-            start.clone(),
-            &mut tables,
-            &mut ctx,
-            metrics.clone(),
-        )
-        .await
-        {
+        let s = schemas.take().unwrap_or_default();
+        match stream(&cfg, flavor, start.clone(), s, &mut ctx, metrics.clone()).await {
             StreamEnd::Stopped => break Ok(()),
             StreamEnd::Purged(e) if mode == SnapshotMode::WhenNeeded => {
                 tracing::warn!(error = %e, "the stored binlog position is gone from the server; snapshot.mode = when_needed: taking a new snapshot");
-                match snapshot(&cfg, flavor, true, &mut ctx, &metrics, &mut tables).await? {
+                match snapshot(&cfg, flavor, true, &mut ctx, &metrics, &mut schemas).await? {
                     Some(s) => start = s,
                     None => break Ok(()),
                 }
@@ -334,7 +221,7 @@ async fn snapshot(
     over_log: bool,
     ctx: &mut SourceContext,
     metrics: &MyMetrics,
-    tables: &mut TableSource,
+    schemas: &mut Option<Schemas>,
 ) -> Result<Option<BinlogStart>, SourceError> {
     let done = run_snapshot(cfg, flavor, over_log, &ctx.batches, &ctx.progress, metrics).await?;
     let end = MySqlPosition {
@@ -370,6 +257,6 @@ async fn snapshot(
         tracing::info!("snapshot.mode = initial_only: snapshot durable, done");
         return Ok(None);
     }
-    tables.initial = done.tables;
+    *schemas = Some(done.schemas);
     Ok(Some(done.start))
 }
