@@ -334,3 +334,45 @@ async fn large_transactions_multi_row_events_and_nulls() {
     assert_eq!(gtids.len(), 1, "{gtids:?}");
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ddls_in_quick_succession_each_apply_at_their_place() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 3).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.start();
+    c.converge(my, &db, T).await;
+    // Rows between two DDLs have the schema of their place in the binlog, not today's.
+    my.execute(&format!(
+        "ALTER TABLE {db}.acct ADD COLUMN a int;
+         INSERT INTO {db}.acct (id, v, pad, a) VALUES (10, 0, 'x', 7);
+         ALTER TABLE {db}.acct DROP COLUMN a, ADD COLUMN b varchar(5);
+         INSERT INTO {db}.acct (id, v, pad, b) VALUES (11, 0, 'y', 'bee');
+         ALTER TABLE {db}.acct DROP COLUMN b;
+         INSERT INTO {db}.acct VALUES (12, 0, 'z');"
+    ))
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + T;
+    let recs = loop {
+        c.assert_running();
+        let recs = c.records();
+        if values(&recs).any(|v| v["op"] == "c" && v["after"]["id"] == 12) {
+            break recs;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", c.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let find = |id: i64| {
+        values(&recs)
+            .find(|v| v["op"] == "c" && v["after"]["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(find(10)["after"]["a"], 7);
+    assert!(find(10)["after"].get("b").is_none());
+    assert_eq!(find(11)["after"]["b"], "bee");
+    assert!(find(11)["after"].get("a").is_none());
+    assert!(find(12)["after"].get("b").is_none());
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+}

@@ -136,8 +136,11 @@ struct State<'a> {
     next_pos: u64,
     gtid_set: Option<GtidSet>,
     tx: Option<Tx>,
-    /// table id → the captured table it maps (None: not captured).
-    maps: HashMap<u64, Option<Arc<Captured>>>,
+    /// table id → the table it maps and its captured state (None: not captured). A
+    /// table keeps its id across transactions until DDL or a table cache eviction, so
+    /// the lookup by name is made once per id, not once per transaction; cleared when
+    /// DDL changes any captured table.
+    maps: HashMap<u64, (TableId, Option<Arc<Captured>>)>,
     /// The decoding state of each captured table seen so far (dropped when DDL changes
     /// the table's schema).
     by_name: HashMap<TableId, Arc<Captured>>,
@@ -365,9 +368,15 @@ impl State<'_> {
                     }
                     Some(EventData::TableMapEvent(t)) => {
                         let id = t.table_id();
-                        let name = TableId::new(t.database_name(), t.table_name());
-                        let c = self.resolve(&name)?;
-                        self.maps.insert(id, c);
+                        let known = self.maps.get(&id).is_some_and(|(n, _)| {
+                            n.schema.as_bytes() == t.database_name_raw()
+                                && n.name.as_bytes() == t.table_name_raw()
+                        });
+                        if !known {
+                            let name = TableId::new(t.database_name(), t.table_name());
+                            let c = self.resolve(&name)?;
+                            self.maps.insert(id, (name, c));
+                        }
                     }
                     Some(EventData::RowsEvent(r)) if !self.rows(conn, &r).await? => {
                         return Ok(false);
@@ -441,6 +450,9 @@ impl State<'_> {
             .map_err(|e| {
                 SourceError::definite("following a DDL statement", e.to_string(), e.fix.clone())
             })?;
+        if !effect.changes.is_empty() {
+            self.maps.clear();
+        }
         for change in effect.changes {
             let (gone, now) = match change {
                 TableChange::Created(t) | TableChange::Altered(t) => (None, Some(t)),
@@ -471,9 +483,10 @@ impl State<'_> {
         r: &RowsEventData<'_>,
     ) -> Result<bool, SourceError> {
         let table_id = r.table_id();
-        let Some(Some(table)) = self.maps.get(&table_id).cloned() else {
+        let Some((_, Some(table))) = self.maps.get(&table_id) else {
             return Ok(true);
         };
+        let table = table.clone();
         if self.tx.is_none() {
             // Row events outside BEGIN … COMMIT (a non-transactional table without
             // GTIDs): their own group, ending at the statement.
