@@ -376,3 +376,79 @@ async fn ddls_in_quick_succession_each_apply_at_their_place() {
     assert!(find(12)["after"].get("b").is_none());
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_mode_initial_only_and_never() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 7).await;
+    // initial_only: the snapshot, then the connector exits by itself.
+    let (_d1, mut once) = temp_connector(my, &db, "\n[snapshot]\nmode = \"initial_only\"\n");
+    once.start();
+    let code = once
+        .wait_exit(T, "initial_only exits after the snapshot")
+        .await;
+    assert_eq!(code, Some(0), "{}", once.output());
+    let recs = once.records();
+    assert_eq!(ops(&recs), vec!["r"; 7]);
+    // Started again: nothing to do.
+    once.start();
+    assert_eq!(once.wait_exit(T, "initial_only again").await, Some(0));
+    assert_eq!(once.records().len(), 7);
+
+    // never: no snapshot, only what is committed after the start.
+    let (_d2, mut never) = temp_connector(my, &db, "\n[snapshot]\nmode = \"never\"\n");
+    never.start();
+    // The stream is open once a transaction of an uncaptured table moves the position.
+    let other = my.create_database().await.unwrap();
+    my.execute(&format!("CREATE TABLE {other}.x (id int PRIMARY KEY)"))
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + T;
+    while !std::fs::read_to_string(never.dir.join("connector.log"))
+        .unwrap_or_default()
+        .contains("binlog stream started")
+    {
+        never.assert_running();
+        assert!(std::time::Instant::now() < deadline, "{}", never.output());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    my.execute(&format!(
+        "INSERT INTO {db}.acct VALUES (50, 1, 'n'); UPDATE {db}.acct SET v = 9 WHERE id = 1"
+    ))
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        never.assert_running();
+        if never.records().len() >= 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", never.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut got = ops(&never.records());
+    got.sort();
+    assert_eq!(got, vec!["c", "u"]);
+    assert_eq!(never.stop(), Some(0), "{}", never.output());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn xa_transactions_arrive_once() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 2).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.start();
+    c.converge(my, &db, T).await;
+    my.execute(&format!(
+        "XA START 'x1'; INSERT INTO {db}.acct VALUES (30, 0, 'xa'); UPDATE {db}.acct SET v = v + 1 WHERE id = 1;
+         XA END 'x1'; XA PREPARE 'x1'; XA COMMIT 'x1';
+         XA START 'x2'; UPDATE {db}.acct SET v = v + 1 WHERE id = 2; XA END 'x2'; XA COMMIT 'x2' ONE PHASE;
+         INSERT INTO {db}.acct VALUES (31, 0, 'after');"
+    ))
+    .await
+    .unwrap();
+    c.converge(my, &db, T).await;
+    let recs = c.records();
+    assert_eq!(check_histories(&recs).unwrap(), 2 + 4);
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+}

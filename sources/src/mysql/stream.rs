@@ -5,7 +5,9 @@
 //!
 //! An event group starts at a GTID event (MariaDB's own, or MySQL's) or a `BEGIN` query
 //! and ends at its `XID` event or a `COMMIT` (or `ROLLBACK`) query; a MariaDB GTID event
-//! flagged standalone is followed by one statement (DDL) and no end event. The row events
+//! flagged standalone is followed by one statement (DDL) and no end event; a prepared XA
+//! transaction's group ends at its `XA_PREPARE` event (or `XA PREPARE` query): its changes
+//! are emitted then, and a later `XA ROLLBACK` of it is not undone. The row events
 //! between (`WRITE`/`UPDATE`/`DELETE`, v1 and v2) are decoded with the table map and the
 //! table's [`MyTable`] into create / update / delete events, one [`ChangeBatch`] per
 //! transaction, in chunks of `max_batch_events` of which only the last carries the
@@ -49,7 +51,7 @@ use cdc_schemas::{
     ChangeEvent, Checkpoint, GtidSet, MySqlPosition, Op, Row, SourcePosition, TableId, TableSchema,
     TransactionInfo,
 };
-use mysql_async::binlog::events::{Event, EventData, RowsEventData};
+use mysql_async::binlog::events::{BinlogEventHeader, Event, EventData, RowsEventData};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::binlog::EventType;
 
@@ -234,6 +236,18 @@ pub(super) async fn stream(
     end
 }
 
+/// An `XA PREPARE` / `XA COMMIT` / `XA ROLLBACK` query ends its event group (a prepared
+/// XA transaction's changes are emitted at its prepare; the completion is a group of
+/// its own, without changes).
+fn ends_xa_group(sql: &str) -> bool {
+    let mut w = sql.split_ascii_whitespace();
+    matches!(
+        (w.next(), w.next()),
+        (Some(a), Some(b)) if a.eq_ignore_ascii_case("XA")
+            && ["PREPARE", "COMMIT", "ROLLBACK"].iter().any(|k| b.eq_ignore_ascii_case(k))
+    )
+}
+
 fn uuid_text(sid: &[u8; 16]) -> String {
     let h: String = sid.iter().map(|b| format!("{b:02x}")).collect();
     format!(
@@ -281,7 +295,7 @@ impl State<'_> {
                 if skip {
                     tracing::debug!(gtid = %g.gtid, "skipping a transaction already in the stored GTID state");
                 }
-                let mut tx = self.open_tx(h.server_id(), h.timestamp());
+                let mut tx = self.open_tx_at(&h);
                 tx.gtid = Some(g.gtid.to_string().into());
                 tx.maria = Some(g.gtid);
                 tx.standalone = g.standalone();
@@ -329,10 +343,11 @@ impl State<'_> {
                         let sql = sql.trim();
                         if sql.eq_ignore_ascii_case("BEGIN") {
                             if self.tx.is_none() {
-                                self.tx = Some(self.open_tx(h.server_id(), h.timestamp()));
+                                self.tx = Some(self.open_tx_at(&h));
                             }
                         } else if sql.eq_ignore_ascii_case("COMMIT")
                             || sql.eq_ignore_ascii_case("ROLLBACK")
+                            || ends_xa_group(sql)
                         {
                             self.advance(moves, log_pos);
                             return self.commit().await;
@@ -350,7 +365,9 @@ impl State<'_> {
                             }
                         }
                     }
-                    Some(EventData::XidEvent(_)) => {
+                    // XA_PREPARE ends the group of a prepared XA transaction (its
+                    // changes are emitted at the prepare).
+                    Some(EventData::XidEvent(_)) | Some(EventData::XaPrepareLogEvent(_)) => {
                         self.advance(moves, log_pos);
                         return self.commit().await;
                     }
@@ -360,7 +377,7 @@ impl State<'_> {
                             .gtid_set
                             .as_ref()
                             .is_some_and(|s| s.contains_mysql(&uuid, "", g.gno()));
-                        let mut tx = self.open_tx(h.server_id(), h.timestamp());
+                        let mut tx = self.open_tx_at(&h);
                         tx.gtid = Some(format!("{uuid}:{}", g.gno()).into());
                         tx.mysql_gtid = Some((uuid, g.gno()));
                         tx.skip = skip;
@@ -398,6 +415,16 @@ impl State<'_> {
             self.next_pos = log_pos;
             self.metrics.position(&self.file, log_pos);
         }
+    }
+
+    /// Opens a group at the event whose header is `h` (its own offset is the group's
+    /// position: `log_pos` is the end of the event).
+    fn open_tx_at(&mut self, h: &BinlogEventHeader) -> Tx {
+        let mut tx = self.open_tx(h.server_id(), h.timestamp());
+        if h.log_pos() != 0 {
+            tx.start_pos = (h.log_pos() as u64).saturating_sub(h.event_size() as u64);
+        }
+        tx
     }
 
     fn open_tx(&mut self, server_id: u32, ts: u32) -> Tx {
@@ -694,6 +721,15 @@ impl State<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xa_group_ends() {
+        assert!(ends_xa_group("XA PREPARE X'1234',X'',1"));
+        assert!(ends_xa_group("xa commit 'x'"));
+        assert!(!ends_xa_group("XA START 'x'"));
+        assert!(!ends_xa_group("XA END 'x'"));
+        assert!(!ends_xa_group("COMMIT"));
+    }
 
     #[test]
     fn uuids() {
