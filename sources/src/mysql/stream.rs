@@ -122,6 +122,8 @@ struct Tx {
     ts_ms: i64,
     events: Vec<ChangeEvent>,
     bytes: u64,
+    /// A chunk of this transaction went to the pipeline (without a commit).
+    chunked: bool,
     total: u64,
     per_table: HashMap<TableId, u64>,
     id: Option<Arc<str>>,
@@ -354,7 +356,11 @@ impl State<'_> {
                         } else {
                             let db = q.schema();
                             let db = (!db.is_empty()).then_some(db.as_ref());
-                            self.ddl(db, sql)?;
+                            // A group the stored state already holds was applied to the
+                            // schemas already.
+                            if !self.tx.as_ref().is_some_and(|t| t.skip) {
+                                self.ddl(db, sql)?;
+                            }
                             let in_group = self.tx.as_ref().map(|t| !t.standalone);
                             if in_group == Some(true) {
                                 // A statement inside a transaction: not row-based.
@@ -445,6 +451,7 @@ impl State<'_> {
             ts_ms: ts as i64 * 1000,
             events: Vec::new(),
             bytes: 0,
+            chunked: false,
             total: 0,
             per_table: HashMap::new(),
             id: None,
@@ -634,6 +641,7 @@ impl State<'_> {
             },
         )?;
         if tx.events.len() >= self.cfg.max_batch_events {
+            tx.chunked = true;
             let events = std::mem::take(&mut tx.events);
             let bytes = std::mem::take(&mut tx.bytes);
             let b = ChangeBatch {
@@ -652,7 +660,8 @@ impl State<'_> {
     /// Ends the open group (or a statement outside one) at `next_pos`.
     async fn commit(&mut self) -> Result<bool, SourceError> {
         let tx = self.tx.take();
-        let (gtid, server_id, skip, events, bytes) = match tx {
+        // `nothing`: no record to send, only the position to move (coalesced).
+        let (gtid, server_id, nothing, events, bytes) = match tx {
             Some(mut t) => {
                 if let (Some(set), Some(g)) = (self.gtid_set.as_mut(), t.maria) {
                     set.add_mariadb(g);
@@ -664,12 +673,13 @@ impl State<'_> {
                 (
                     t.gtid.map(|g| g.to_string()),
                     t.server_id,
-                    t.skip,
+                    // A transaction whose chunks went out must end with its commit now.
+                    t.skip || (events.is_empty() && !t.chunked),
                     events,
                     t.bytes,
                 )
             }
-            None => (None, 0, false, Vec::new(), 0),
+            None => (None, 0, true, Vec::new(), 0),
         };
         let pos = MySqlPosition {
             file: self.file.to_string(),
@@ -681,7 +691,7 @@ impl State<'_> {
             server_id,
             thread: None,
         };
-        if skip || events.is_empty() {
+        if nothing {
             self.pending = Some(pos);
             self.pending_count += 1;
             if self.pending_count >= 256 || self.last_sent.elapsed() >= Duration::from_secs(1) {
