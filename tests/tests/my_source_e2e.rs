@@ -452,3 +452,34 @@ async fn xa_transactions_arrive_once() {
     assert_eq!(check_histories(&recs).unwrap(), 2 + 4);
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_show_the_binlog_position_and_counts() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 4).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    let addr = c.fixed_admin_port();
+    c.start();
+    c.converge(my, &db, T).await;
+    my.execute(&format!("INSERT INTO {db}.acct VALUES (77, 0, 'm')"))
+        .await
+        .unwrap();
+    c.converge(my, &db, T).await;
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        let pos = metric(&addr, "cdc_mysql_binlog_position").unwrap_or(0.0);
+        let file = metric(&addr, "cdc_mysql_binlog_file_number").unwrap_or(0.0);
+        let events = metric(&addr, "cdc_mysql_binlog_events_read").unwrap_or(0.0);
+        let rows = metric(&addr, "cdc_mysql_snapshot_rows").unwrap_or(0.0);
+        if pos > 4.0 && file >= 1.0 && events > 0.0 && rows == 4.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pos {pos} file {file} events {events} rows {rows}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(metric(&addr, "cdc_mysql_seconds_behind_source").is_some());
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+}

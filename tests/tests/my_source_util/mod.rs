@@ -411,3 +411,32 @@ impl Connector {
         std::fs::write(&self.config, s).unwrap();
     }
 }
+
+impl Connector {
+    /// Moves the admin server to a fixed free port (before `start`); returns its address.
+    pub fn fixed_admin_port(&self) -> String {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let s = std::fs::read_to_string(&self.config).unwrap();
+        let s = s.replace("listen = \"127.0.0.1:0\"", &format!("listen = \"{addr}\""));
+        std::fs::write(&self.config, s).unwrap();
+        addr
+    }
+}
+
+/// The value of the metric `name` in `/metrics` at `addr` (None: not exported).
+pub fn metric(addr: &str, name: &str) -> Option<f64> {
+    let (status, body) = cdc_harness::http(addr, "GET", "/metrics", None, "");
+    assert_eq!(status, 200);
+    let text = body.as_str().unwrap_or_default().to_string();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == name).then(|| v.trim().parse().ok()).flatten()
+        })
+}
