@@ -586,6 +586,11 @@ impl State<'_> {
                 None => format!("{}:{}", tx.file, tx.start_pos).into(),
             })
             .clone();
+        // One rows event is one table: its counter is looked up once.
+        let n = match tx.per_table.get_mut(&table.schema.id) {
+            Some(n) => n,
+            None => tx.per_table.entry(table.schema.id.clone()).or_insert(0),
+        };
         let mut before = Vec::with_capacity(cols.len());
         let mut after = Vec::with_capacity(cols.len());
         binlog::for_each_row(
@@ -621,10 +626,6 @@ impl State<'_> {
                 };
                 let mut ev = ev.map_err(|e| bad(e.to_string()))?;
                 tx.total += 1;
-                let n = match tx.per_table.get_mut(&table.schema.id) {
-                    Some(n) => n,
-                    None => tx.per_table.entry(table.schema.id.clone()).or_insert(0),
-                };
                 *n += 1;
                 ev.tx = Some(TransactionInfo {
                     id: id.clone(),

@@ -433,10 +433,23 @@ pub fn metric(addr: &str, name: &str) -> Option<f64> {
     let (status, body) = cdc_harness::http(addr, "GET", "/metrics", None, "");
     assert_eq!(status, 200);
     let text = body.as_str().unwrap_or_default().to_string();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == name).then(|| v.trim().parse().ok()).flatten()
-        })
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+impl Connector {
+    /// Waits until the connector has opened its binlog stream (after its snapshot).
+    pub async fn wait_streaming(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !std::fs::read_to_string(self.dir.join("connector.log"))
+            .unwrap_or_default()
+            .contains("binlog stream started")
+        {
+            self.assert_running();
+            assert!(Instant::now() < deadline, "{}", self.output());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
