@@ -344,8 +344,10 @@ impl State<'_> {
                         let sql = q.query();
                         let sql = sql.trim();
                         if sql.eq_ignore_ascii_case("BEGIN") {
-                            if self.tx.is_none() {
-                                self.tx = Some(self.open_tx_at(&h));
+                            match self.tx.as_mut() {
+                                // A MySQL GTID is followed by BEGIN for a transaction.
+                                Some(t) => t.standalone = false,
+                                None => self.tx = Some(self.open_tx_at(&h)),
                             }
                         } else if sql.eq_ignore_ascii_case("COMMIT")
                             || sql.eq_ignore_ascii_case("ROLLBACK")
@@ -386,6 +388,8 @@ impl State<'_> {
                         let mut tx = self.open_tx_at(&h);
                         tx.gtid = Some(format!("{uuid}:{}", g.gno()).into());
                         tx.mysql_gtid = Some((uuid, g.gno()));
+                        // Until a BEGIN says otherwise, the group is one statement (DDL).
+                        tx.standalone = true;
                         tx.skip = skip;
                         self.tx = Some(tx);
                     }
