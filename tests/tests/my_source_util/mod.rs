@@ -62,7 +62,9 @@ impl Connector {
             .append(true)
             .open(self.dir.join("connector.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+        // CDC_E2E_BIN: another build of the CLI (a release `cdc` for the rate test).
+        let bin = std::env::var("CDC_E2E_BIN").unwrap_or(env!("CARGO_BIN_EXE_cdc-e2e").into());
+        let child = Command::new(bin)
             .arg("run")
             .arg("--config")
             .arg(&self.config)
@@ -181,6 +183,21 @@ pub struct Rec {
     pub offset: u64,
     pub key: Option<Json>,
     pub value: Option<Json>,
+}
+
+/// Durable records of `topic` (all partitions), read from the offsets alone.
+pub fn topic_len(log_dir: &Path, topic: &str) -> u64 {
+    let Ok(log) = Log::open_read_only(log_dir) else {
+        return 0;
+    };
+    log.describe(topic)
+        .map(|d| {
+            d.partitions
+                .iter()
+                .map(|p| p.high_watermark - p.log_start_offset)
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 /// Every durable record of `topic`, per partition in offset order.
