@@ -3,7 +3,7 @@
 //! Ignored by default (a measurement, not a check): run it with a release binary,
 //!
 //!     cargo build --release -p cdc-connector --bin cdc
-//!     CDC_E2E_BIN=target/release/cdc MY_RATE_ROWS=1000000 \
+//!     CDC_E2E_BIN=target/release/cdc MY_RATE_ROWS=1000000 MY_RATE_TX_ROWS=10 \
 //!         cargo test -p cdc-harness --test my_source_rate -- --ignored --nocapture
 
 mod my_source_util;
@@ -26,18 +26,29 @@ async fn streaming_rate() {
     c.start();
     c.converge(&my, &db, Duration::from_secs(60)).await;
     assert_eq!(c.stop(), Some(0));
-    let chunk = 50_000u64;
+    // Rows per transaction (MY_RATE_TX_ROWS, default 50000); statements are sent 200 at
+    // a time, each its own transaction.
+    let per_tx: u64 = std::env::var("MY_RATE_TX_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
     let mut done = 0;
+    let mut sql = String::new();
+    let mut queued = 0;
     while done < rows {
-        let n = chunk.min(rows - done);
-        my.execute(&format!(
-            "INSERT INTO {db}.acct SELECT seq, 0, 'pad-pad-pad-pad' FROM {db}.seq_{}_to_{}",
+        let n = per_tx.min(rows - done);
+        sql.push_str(&format!(
+            "INSERT INTO {db}.acct SELECT seq, 0, 'pad-pad-pad-pad' FROM {db}.seq_{}_to_{};",
             done + 2,
             done + 1 + n
-        ))
-        .await
-        .unwrap();
+        ));
         done += n;
+        queued += 1;
+        if queued == 200 || done == rows {
+            my.execute(&sql).await.unwrap();
+            sql.clear();
+            queued = 0;
+        }
     }
     let t0 = Instant::now();
     c.start();
