@@ -476,3 +476,42 @@ async fn metrics_show_the_binlog_position_and_counts() {
     assert!(metric(&addr, "cdc_mysql_seconds_behind_source").is_some());
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ddl_while_stopped_rows_before_it_keep_their_schema() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 2).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.start();
+    c.converge(my, &db, T).await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    // Unread rows on both sides of a DDL: the restart must decode the first with the old
+    // schema (information_schema only has the new one).
+    my.execute(&format!(
+        "INSERT INTO {db}.acct VALUES (20, 0, 'old');
+         ALTER TABLE {db}.acct ADD COLUMN a int;
+         INSERT INTO {db}.acct VALUES (21, 0, 'new', 5);"
+    ))
+    .await
+    .unwrap();
+    c.start();
+    let deadline = std::time::Instant::now() + T;
+    let recs = loop {
+        c.assert_running();
+        let recs = c.records();
+        if values(&recs).any(|v| v["op"] == "c" && v["after"]["id"] == 21) {
+            break recs;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", c.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let old = values(&recs)
+        .find(|v| v["op"] == "c" && v["after"]["id"] == 20)
+        .unwrap();
+    assert!(old["after"].get("a").is_none(), "{old}");
+    let new = values(&recs)
+        .find(|v| v["op"] == "c" && v["after"]["id"] == 21)
+        .unwrap();
+    assert_eq!(new["after"]["a"], 5, "{new}");
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+}

@@ -23,14 +23,18 @@
 //! the connector has read. The durable handle is only waited on at shutdown (bounded),
 //! so that what was sent has a chance to become durable before the source returns.
 //!
-//! # Table schemas
+//! # Table schemas and their history
 //!
 //! A snapshot loads them ([`Schemas::load`]) inside its transaction, so they are the
-//! rows' schemas; the stream then follows the binlog's DDL on them. A stream resumed from
-//! a stored position loads them from `information_schema` when it starts: they are the
-//! tables' schemas *now*, so a DDL between the stored position and the restart is not
-//! seen in order (storing the schema state with the checkpoint, a schema history, is the
-//! step that closes this).
+//! rows' schemas; the stream then follows the binlog's DDL on them. Each state is kept in
+//! the schema history ([`SchemaHistory`], a JSON-lines file beside the log): the
+//! snapshot's (or, for `never`, the start's) as the base, then one entry per DDL that
+//! changed the schemas, each tagged with the binlog position after the statement. It is
+//! written (and synced) before the DDL's checkpoint can be sent, so a resume from a
+//! durable checkpoint finds the state valid there: the newest entry at or before it.
+//! Without a usable entry (a log written before the history existed, a deleted file) the
+//! stream starts from `information_schema`'s schemas *now*, and says so: a DDL between
+//! the stored position and the restart is then not seen at its place.
 
 use std::time::Duration;
 
@@ -104,6 +108,108 @@ pub(super) fn my_position(c: Option<&Checkpoint>) -> Option<MySqlPosition> {
     }
 }
 
+/// One state of the schema history: `schemas` hold for the binlog after `file:pos`.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct HistoryEntry {
+    file: String,
+    pos: u64,
+    schemas: Schemas,
+}
+
+/// The schema history (see the module documentation).
+pub(super) struct SchemaHistory {
+    path: std::path::PathBuf,
+}
+
+fn history_err(path: &std::path::Path, e: std::io::Error) -> SourceError {
+    SourceError::transient(
+        "writing the MySQL schema history",
+        format!(
+            "{}: {e}; free space on that disk or fix its permissions",
+            path.display()
+        ),
+    )
+    .caused_by(e)
+}
+
+/// Binlog order of two positions of one server.
+fn position_key(file: &str, pos: u64) -> (u64, String, u64) {
+    (
+        super::metrics::file_number(file).unwrap_or(0),
+        file.to_string(),
+        pos,
+    )
+}
+
+impl SchemaHistory {
+    pub fn new(path: std::path::PathBuf) -> Self {
+        SchemaHistory { path }
+    }
+
+    fn line(file: &str, pos: u64, schemas: &Schemas) -> Vec<u8> {
+        let mut line = serde_json::to_vec(&HistoryEntry {
+            file: file.to_string(),
+            pos,
+            schemas: schemas.clone(),
+        })
+        .expect("schemas serialise");
+        line.push(b'\n');
+        line
+    }
+
+    /// Starts a new history whose base is `schemas` at `file:pos` (a snapshot's start).
+    pub fn reset(&self, file: &str, pos: u64, schemas: &Schemas) -> Result<(), SourceError> {
+        use std::io::Write;
+        let tmp = self.path.with_extension("jsonl.tmp");
+        let write = || -> std::io::Result<()> {
+            if let Some(dir) = self.path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&Self::line(file, pos, schemas))?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)?;
+            if let Some(dir) = self.path.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| history_err(&self.path, e))
+    }
+
+    /// Records that `schemas` hold after `file:pos` (a DDL's end).
+    pub fn append(&self, file: &str, pos: u64, schemas: &Schemas) -> Result<(), SourceError> {
+        use std::io::Write;
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)?;
+            f.write_all(&Self::line(file, pos, schemas))?;
+            f.sync_data()
+        };
+        write().map_err(|e| history_err(&self.path, e))
+    }
+
+    /// The schemas valid at `file:pos`: the newest entry at or before it. A line cut short
+    /// by a crash is ignored (its DDL's checkpoint was not durable either).
+    pub fn at(&self, file: &str, pos: u64) -> Option<Schemas> {
+        let text = std::fs::read_to_string(&self.path).ok()?;
+        let want = position_key(file, pos);
+        let mut best: Option<((u64, String, u64), Schemas)> = None;
+        for line in text.lines() {
+            let Ok(e) = serde_json::from_str::<HistoryEntry>(line) else {
+                continue;
+            };
+            let k = position_key(&e.file, e.pos);
+            if k <= want && best.as_ref().is_none_or(|(b, _)| k >= *b) {
+                best = Some((k, e.schemas));
+            }
+        }
+        best.map(|(_, s)| s)
+    }
+}
+
 /// A failure to load table schemas as a source error.
 pub(super) fn schema_err(e: SchemaLoadError) -> SourceError {
     if e.is_transient() {
@@ -137,6 +243,7 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
     let stored = my_position(ctx.resume_from.as_ref());
     let mode = cfg.snapshot_mode;
     let mut schemas: Option<Schemas> = None;
+    let history = SchemaHistory::new(cfg.schema_history.clone());
     if mode == SnapshotMode::InitialOnly && stored.is_some() {
         tracing::info!("snapshot.mode = initial_only and the snapshot is complete: nothing to do");
         return Ok(());
@@ -144,6 +251,15 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
     let mut start = match &stored {
         Some(p) => {
             tracing::info!(file = %p.file, pos = p.pos, gtid_set = ?p.gtid_set.as_ref().map(|g| g.to_string()), "resuming from the stored position");
+            schemas = history.at(&p.file, p.pos);
+            if schemas.is_none() {
+                tracing::warn!(history = %cfg.schema_history.display(), "no schema history at the stored position: table schemas are read from information_schema as they are now (a DDL made since the stored position is not seen at its place)");
+                let loaded = Schemas::load(&mut conn, &cfg.filter)
+                    .await
+                    .map_err(schema_err)?;
+                history.reset(&p.file, p.pos, &loaded)?;
+                schemas = Some(loaded);
+            }
             BinlogStart {
                 file: p.file.clone(),
                 pos: p.pos,
@@ -257,6 +373,69 @@ async fn snapshot(
         tracing::info!("snapshot.mode = initial_only: snapshot durable, done");
         return Ok(None);
     }
+    SchemaHistory::new(cfg.schema_history.clone()).reset(
+        &done.start.file,
+        done.start.pos,
+        &done.schemas,
+    )?;
     *schemas = Some(done.schemas);
     Ok(Some(done.start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mysql::table::{MyColumn, MyTable};
+
+    fn schemas(cols: usize) -> Schemas {
+        let mut s = Schemas::default();
+        s.insert(MyTable {
+            database: "d".into(),
+            name: "t".into(),
+            columns: (0..cols)
+                .map(|i| MyColumn {
+                    name: format!("c{i}"),
+                    data_type: "int".into(),
+                    column_type: "int(11)".into(),
+                    charset: None,
+                    nullable: true,
+                    default: None,
+                    generated: false,
+                })
+                .collect(),
+            key: vec![],
+        });
+        s
+    }
+
+    fn cols(s: &Schemas) -> usize {
+        s.get("d", "t").unwrap().columns.len()
+    }
+
+    #[test]
+    fn history_gives_the_state_at_a_position() {
+        let dir = std::env::temp_dir().join(format!("cdc-myhist-{}", std::process::id()));
+        let h = SchemaHistory::new(dir.join("h.jsonl"));
+        assert!(h.at("binlog.000001", 100).is_none());
+        h.reset("binlog.000001", 100, &schemas(1)).unwrap();
+        h.append("binlog.000001", 500, &schemas(2)).unwrap();
+        h.append("binlog.000010", 4, &schemas(3)).unwrap();
+        // A line cut short by a crash.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join("h.jsonl"))
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"file\":\"binl"))
+            .unwrap();
+        assert!(h.at("binlog.000001", 99).is_none());
+        assert_eq!(cols(&h.at("binlog.000001", 100).unwrap()), 1);
+        assert_eq!(cols(&h.at("binlog.000001", 499).unwrap()), 1);
+        assert_eq!(cols(&h.at("binlog.000001", 500).unwrap()), 2);
+        // binlog.000009 < binlog.000010 by number.
+        assert_eq!(cols(&h.at("binlog.000009", 9_999).unwrap()), 2);
+        assert_eq!(cols(&h.at("binlog.000010", 4).unwrap()), 3);
+        // A new snapshot starts a new history.
+        h.reset("binlog.000011", 4, &schemas(1)).unwrap();
+        assert!(h.at("binlog.000010", 4).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -29,7 +29,9 @@
 //!
 //! Every query event outside a transaction's row events goes through
 //! [`Schemas::apply_ddl`], which follows DDL on captured tables at its place in the
-//! binlog. A table it changed gets a new [`Captured`] (a new `Arc<TableSchema>`, which the
+//! binlog, and each state it produces is appended to the schema history (see
+//! [`super::source`]) before the statement's checkpoint can be sent. A table it changed
+//! gets a new [`Captured`] (a new `Arc<TableSchema>`, which the
 //! pipeline registers as a new schema version) at its next table map; a change that
 //! leaves the table as it was keeps the old schema. A DDL the model cannot follow is a
 //! definite error (naming the statement); a row event whose column count does not match
@@ -61,7 +63,7 @@ use super::ddl::TableChange;
 use super::decode::{self, DecodeOptions};
 use super::metrics::MyMetrics;
 use super::schema::Schemas;
-use super::source::{now_ms, send};
+use super::source::{now_ms, send, SchemaHistory};
 use super::table::MyTable;
 use crate::{ChangeBatch, SourceContext, SourceError};
 
@@ -132,6 +134,7 @@ struct Tx {
 struct State<'a> {
     cfg: &'a MySqlSourceConfig,
     schemas: Schemas,
+    history: SchemaHistory,
     batches: tokio::sync::mpsc::Sender<ChangeBatch>,
     metrics: MyMetrics,
     opts: DecodeOptions,
@@ -181,6 +184,7 @@ pub(super) async fn stream(
     let mut st = State {
         cfg,
         schemas,
+        history: SchemaHistory::new(cfg.schema_history.clone()),
         batches: ctx.batches.clone(),
         metrics,
         opts: DecodeOptions::default(),
@@ -361,7 +365,7 @@ impl State<'_> {
                             // A group the stored state already holds was applied to the
                             // schemas already.
                             if !self.tx.as_ref().is_some_and(|t| t.skip) {
-                                self.ddl(db, sql)?;
+                                self.ddl(db, sql, log_pos)?;
                             }
                             let in_group = self.tx.as_ref().map(|t| !t.standalone);
                             if in_group == Some(true) {
@@ -481,13 +485,18 @@ impl State<'_> {
 
     /// Follows a statement on the schema model; a changed table gets a new schema at its
     /// next table map (an unchanged one keeps its schema).
-    fn ddl(&mut self, db: Option<&str>, sql: &str) -> Result<(), SourceError> {
+    /// `end`: the offset after the statement's event (its schema history entry's).
+    fn ddl(&mut self, db: Option<&str>, sql: &str, end: u64) -> Result<(), SourceError> {
         let effect = self
             .schemas
             .apply_ddl(db, sql, &self.cfg.filter)
             .map_err(|e| {
                 SourceError::definite("following a DDL statement", e.to_string(), e.fix.clone())
             })?;
+        if effect.schemas_changed {
+            // Before the statement's checkpoint can be sent: a resume from it finds this.
+            self.history.append(&self.file, end, &self.schemas)?;
+        }
         if !effect.changes.is_empty() {
             self.maps.clear();
         }
@@ -553,7 +562,7 @@ impl State<'_> {
             SourceError::definite(
                 format!("decoding a change of {}", table.schema.id),
                 what,
-                "check that binlog_row_image = FULL; if the table was altered, report this with its definition",
+                "check that binlog_row_image = FULL; if the table was altered while the schema history (<log.dir>/mysql-schema-history.jsonl) was missing, start over with an empty log dir (a new snapshot); otherwise report this with the table's definition",
             )
         };
         if r.num_columns() as usize != cols.len() {
