@@ -191,6 +191,36 @@ impl SchemaHistory {
         write().map_err(|e| history_err(&self.path, e))
     }
 
+    /// Keeps, when the file outgrew `limit` bytes, only the state at the durable
+    /// `file:pos` and the entries after it (what a resume can still need).
+    pub fn compact(&self, limit: u64, file: &str, pos: u64) -> Result<(), SourceError> {
+        let big = std::fs::metadata(&self.path).is_ok_and(|m| m.len() > limit);
+        if !big {
+            return Ok(());
+        }
+        let Ok(text) = std::fs::read_to_string(&self.path) else {
+            return Ok(());
+        };
+        let Some(base) = self.at(file, pos) else {
+            return Ok(());
+        };
+        let want = position_key(file, pos);
+        let later: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<HistoryEntry>(l)
+                    .is_ok_and(|e| position_key(&e.file, e.pos) > want)
+            })
+            .collect();
+        self.reset(file, pos, &base)?;
+        for l in later {
+            let e: HistoryEntry = serde_json::from_str(l).expect("parsed above");
+            self.append(&e.file, e.pos, &e.schemas)?;
+        }
+        tracing::info!(history = %self.path.display(), "schema history compacted");
+        Ok(())
+    }
+
     /// The schemas valid at `file:pos`: the newest entry at or before it. A line cut short
     /// by a crash is ignored (its DDL's checkpoint was not durable either).
     pub fn at(&self, file: &str, pos: u64) -> Option<Schemas> {
@@ -252,6 +282,11 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
         Some(p) => {
             tracing::info!(file = %p.file, pos = p.pos, gtid_set = ?p.gtid_set.as_ref().map(|g| g.to_string()), "resuming from the stored position");
             schemas = history.at(&p.file, p.pos);
+            if let Some(found) = &schemas {
+                // Compacts: entries past the checkpoint are of DDL not durable yet, which
+                // the stream reads (and records) again.
+                history.reset(&p.file, p.pos, found)?;
+            }
             if schemas.is_none() {
                 tracing::warn!(history = %cfg.schema_history.display(), "no schema history at the stored position: table schemas are read from information_schema as they are now (a DDL made since the stored position is not seen at its place)");
                 let loaded = Schemas::load(&mut conn, &cfg.filter)
@@ -433,6 +468,13 @@ mod tests {
         // binlog.000009 < binlog.000010 by number.
         assert_eq!(cols(&h.at("binlog.000009", 9_999).unwrap()), 2);
         assert_eq!(cols(&h.at("binlog.000010", 4).unwrap()), 3);
+        // Compacted up to a durable 000001:600: its state and what follows stay.
+        h.compact(0, "binlog.000001", 600).unwrap();
+        assert!(h.at("binlog.000001", 500).is_none());
+        assert_eq!(cols(&h.at("binlog.000001", 600).unwrap()), 2);
+        assert_eq!(cols(&h.at("binlog.000010", 4).unwrap()), 3);
+        let lines = std::fs::read_to_string(dir.join("h.jsonl")).unwrap();
+        assert_eq!(lines.lines().count(), 2, "{lines}");
         // A new snapshot starts a new history.
         h.reset("binlog.000011", 4, &schemas(1)).unwrap();
         assert!(h.at("binlog.000010", 4).is_none());

@@ -67,6 +67,9 @@ use super::source::{now_ms, send, SchemaHistory};
 use super::table::MyTable;
 use crate::{ChangeBatch, SourceContext, SourceError};
 
+/// The schema history is compacted once it is larger than this.
+const HISTORY_LIMIT: u64 = 16 << 20;
+
 /// How a stream ended.
 #[derive(Debug)]
 pub enum StreamEnd {
@@ -135,6 +138,8 @@ struct State<'a> {
     cfg: &'a MySqlSourceConfig,
     schemas: Schemas,
     history: SchemaHistory,
+    /// How far the log is durable (the schema history is compacted up to it).
+    durable: crate::Durable,
     batches: tokio::sync::mpsc::Sender<ChangeBatch>,
     metrics: MyMetrics,
     opts: DecodeOptions,
@@ -185,6 +190,7 @@ pub(super) async fn stream(
         cfg,
         schemas,
         history: SchemaHistory::new(cfg.schema_history.clone()),
+        durable: ctx.durable.clone(),
         batches: ctx.batches.clone(),
         metrics,
         opts: DecodeOptions::default(),
@@ -496,6 +502,12 @@ impl State<'_> {
         if effect.schemas_changed {
             // Before the statement's checkpoint can be sent: a resume from it finds this.
             self.history.append(&self.file, end, &self.schemas)?;
+            if let Some((f, p)) = self.durable.position_with(|p| match p {
+                SourcePosition::Mysql(m) => Some((m.file.clone(), m.pos)),
+                _ => None,
+            }) {
+                self.history.compact(HISTORY_LIMIT, &f, p)?;
+            }
         }
         if !effect.changes.is_empty() {
             self.maps.clear();
