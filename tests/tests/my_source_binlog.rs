@@ -193,3 +193,42 @@ async fn an_idle_stream_gets_heartbeats() {
     }
     let _ = conn.stream.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_replica_with_the_same_server_id_ends_the_first() {
+    let my = MariaDbServer::shared();
+    let (file, pos, _) = master_status(my).await;
+    let start = BinlogStart {
+        file,
+        pos,
+        gtid_set: None,
+    };
+    let ep = endpoint(my);
+    let open = || {
+        binlog::open(
+            &ep,
+            3_900_004,
+            Flavor::MariaDb,
+            &start,
+            Duration::from_millis(300),
+        )
+    };
+    let mut first = open().await.unwrap();
+    // The first stream is established once it got its first event.
+    assert!(matches!(first.next().await, Ok(Next::Event(_))));
+    let mut second = open().await.unwrap();
+    assert!(matches!(second.next().await, Ok(Next::Event(_))));
+    let err = loop {
+        match first.next().await {
+            Ok(Next::Event(_)) => continue,
+            Ok(Next::End) => break None,
+            Err(e) => break Some(e),
+        }
+    };
+    let e = err.expect("the first replica's stream ends with an error");
+    assert!(!binlog::is_purged(&e), "{e:?}");
+    let e = binlog::my_err("reading the binlog", e);
+    assert!(!e.is_transient(), "{e}");
+    assert!(e.to_string().contains("source.server_id"), "{e}");
+    let _ = second.stream.close().await;
+}

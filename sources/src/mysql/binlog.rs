@@ -320,6 +320,16 @@ pub struct BinlogConn {
 pub fn my_err(what: &str, e: mysql_async::Error) -> SourceError {
     use mysql_async::Error as E;
     match &e {
+        // MariaDB: ER_SLAVE_SAME_ID (4052); MySQL: 1236 with that text.
+        E::Server(s) if s.code == 4052 || (s.code == 1236 && same_replica_id(&s.message)) => SourceError::definite(
+            what.to_string(),
+            format!(
+                "the server dropped this replica connection: {} (error {}): another replica connected with the same server_id",
+                s.message, s.code
+            ),
+            "give each connector (and each replica server) its own source.server_id",
+        )
+        .caused_by(e),
         E::Server(s) if s.code == 1236 => SourceError::definite(
             what.to_string(),
             format!(
@@ -346,7 +356,15 @@ pub fn my_err(what: &str, e: mysql_async::Error) -> SourceError {
 
 /// True for the server's answer to a position it no longer has (error 1236).
 pub fn is_purged(e: &mysql_async::Error) -> bool {
-    matches!(e, mysql_async::Error::Server(s) if s.code == 1236)
+    matches!(e, mysql_async::Error::Server(s) if s.code == 1236 && !same_replica_id(&s.message))
+}
+
+/// Error 1236 also reports a second replica with this connection's server id (MySQL:
+/// "A slave with the same server_uuid/server_id as this slave has connected to the
+/// master"); the server's own wording is all that tells the two apart.
+fn same_replica_id(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("same server_uuid") || m.contains("same server_id") || m.contains("same server id")
 }
 
 /// A failed connection attempt as a source error: an unreachable server is transient
@@ -497,6 +515,23 @@ mod tests {
             parse_annotate_rows(b"INSERT INTO t VALUES (1)"),
             "INSERT INTO t VALUES (1)"
         );
+    }
+
+    #[test]
+    fn error_1236_purged_or_duplicate_replica() {
+        let e = |m: &str| {
+            mysql_async::Error::Server(mysql_async::ServerError {
+                code: 1236,
+                message: m.into(),
+                state: "HY000".into(),
+            })
+        };
+        let purged = e("Could not find GTID state requested by slave in any binlog files. Probably the slave state is too old and required binlog files have been purged.");
+        assert!(is_purged(&purged));
+        assert!(my_err("x", purged).to_string().contains("when_needed"));
+        let dup = e("A slave with the same server_uuid/server_id as this slave has connected to the master; the first event '' at 4, the last event read from '' at 4");
+        assert!(!is_purged(&dup));
+        assert!(my_err("x", dup).to_string().contains("source.server_id"));
     }
 
     #[test]
