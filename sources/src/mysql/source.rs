@@ -303,11 +303,11 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
         }
         None if mode == SnapshotMode::Never => {
             let s = current_position(&mut conn, flavor).await?;
-            schemas = Some(
-                Schemas::load(&mut conn, &cfg.filter)
-                    .await
-                    .map_err(schema_err)?,
-            );
+            let loaded = Schemas::load(&mut conn, &cfg.filter)
+                .await
+                .map_err(schema_err)?;
+            history.reset(&s.file, s.pos, &loaded)?;
+            schemas = Some(loaded);
             tracing::info!(file = %s.file, pos = s.pos, "snapshot.mode = never: streaming from the server's current position");
             s
         }
