@@ -63,3 +63,34 @@ async fn streaming_rate() {
     );
     assert_eq!(c.stop(), Some(0));
 }
+
+/// The snapshot's rate: `MY_RATE_ROWS` rows read by a fresh connector (ignored; run as
+/// the streaming rate test).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn snapshot_rate() {
+    let rows: u64 = std::env::var("MY_RATE_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let my = MariaDbServer::start(MariaDbOptions::default()).unwrap();
+    let db = setup_acct(&my, 0).await;
+    my.execute(&format!(
+        "INSERT INTO {db}.acct SELECT seq, 0, 'pad-pad-pad-pad' FROM {db}.seq_1_to_{rows}"
+    ))
+    .await
+    .unwrap();
+    let (_dir, mut c) = temp_connector(&my, &db, "");
+    let t0 = Instant::now();
+    c.start();
+    while topic_len(&c.log_dir(), &c.topic) < rows {
+        c.assert_running();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "snapshot of {rows} rows in {secs:.2} s (process start included): {:.0} rows/s",
+        rows as f64 / secs
+    );
+    assert_eq!(c.stop(), Some(0));
+}
