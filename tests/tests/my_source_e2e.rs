@@ -515,3 +515,32 @@ async fn ddl_while_stopped_rows_before_it_keep_their_schema() {
     assert_eq!(new["after"]["a"], 5, "{new}");
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_during_the_snapshot_stops_it_and_the_next_run_takes_it_again() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 0).await;
+    my.execute(&format!(
+        "INSERT INTO {db}.acct SELECT seq, 0, 'x' FROM {db}.seq_1_to_300000"
+    ))
+    .await
+    .unwrap();
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.start();
+    // Stopped once the snapshot is under way (some records durable).
+    let deadline = std::time::Instant::now() + T;
+    while topic_len(&c.log_dir(), &c.topic) == 0 {
+        c.assert_running();
+        assert!(std::time::Instant::now() < deadline, "{}", c.output());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    let out = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    if !out.contains("snapshot complete") {
+        assert!(out.contains("shutdown during the snapshot"), "{out}");
+    }
+    c.start();
+    c.converge(my, &db, Duration::from_secs(120)).await;
+    check_histories(&c.records()).unwrap();
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+}

@@ -209,6 +209,7 @@ pub async fn run_snapshot(
     out: &mpsc::Sender<ChangeBatch>,
     progress: &Arc<SnapshotProgress>,
     metrics: &MyMetrics,
+    shutdown: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<SnapshotDone, SourceError> {
     let started = Instant::now();
     let mut conn = cfg.endpoint.connect().await.map_err(connect_err)?;
@@ -255,6 +256,7 @@ pub async fn run_snapshot(
         ..Default::default()
     });
     let mut seq = Markers::new(out.clone(), cfg.max_batch_events, Some(progress.clone()));
+    seq.shutdown = Some(shutdown.clone());
     let opts = DecodeOptions::default();
     let result = async {
         for t in &tables {
@@ -352,6 +354,8 @@ struct Markers {
     table_started: bool,
     first_sent: bool,
     progress: Option<Arc<SnapshotProgress>>,
+    /// Checked after each batch: a shutdown stops the snapshot (it starts over next time).
+    shutdown: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Markers {
@@ -369,6 +373,7 @@ impl Markers {
             table_started: false,
             first_sent: false,
             progress,
+            shutdown: None,
         }
     }
 
@@ -432,7 +437,14 @@ impl Markers {
             },
         )
         .await
-        .map_err(|_| SourceError::transient("snapshot", "the pipeline stopped"))
+        .map_err(|_| SourceError::transient("snapshot", "the pipeline stopped"))?;
+        if self.shutdown.as_ref().is_some_and(|s| *s.borrow()) {
+            return Err(SourceError::transient(
+                "snapshot",
+                "stopped by the shutdown; it starts over on the next run",
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -374,7 +374,24 @@ async fn snapshot(
     metrics: &MyMetrics,
     schemas: &mut Option<Schemas>,
 ) -> Result<Option<BinlogStart>, SourceError> {
-    let done = run_snapshot(cfg, flavor, over_log, &ctx.batches, &ctx.progress, metrics).await?;
+    let done = match run_snapshot(
+        cfg,
+        flavor,
+        over_log,
+        &ctx.batches,
+        &ctx.progress,
+        metrics,
+        &ctx.shutdown,
+    )
+    .await
+    {
+        Ok(d) => d,
+        Err(_) if *ctx.shutdown.borrow() => {
+            tracing::info!("shutdown during the snapshot: it starts over on the next run");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     let end = MySqlPosition {
         file: done.start.file.clone(),
         pos: done.start.pos,
