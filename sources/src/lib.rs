@@ -2,7 +2,7 @@
 //! configuration ([`build`], [`check`]), and the sources themselves, one folder each with
 //! the same file set (`config`, `check`, `setup`, `snapshot`, `stream`, `decode`,
 //! `metrics`; extras such as the wire protocol beside them): [`postgres`] (pgoutput) and
-//! [`mysql`] (row binlog; for now its config, check and connection).
+//! [`mysql`] (row binlog, MySQL and MariaDB).
 //!
 //! # The contract between a source and the pipeline
 //!
@@ -135,6 +135,7 @@ pub trait Source: Send {
 /// [`build`] and [`check`].
 pub enum AnySource {
     Postgres(postgres::PostgresSource),
+    Mysql(mysql::MySqlSource),
 }
 
 impl AnySource {
@@ -142,6 +143,8 @@ impl AnySource {
     pub fn connector_kind(&self) -> ConnectorKind {
         match self {
             AnySource::Postgres(_) => ConnectorKind::Postgres,
+            AnySource::Mysql(s) if s.is_mariadb_url() => ConnectorKind::MariaDb,
+            AnySource::Mysql(_) => ConnectorKind::MySql,
         }
     }
 
@@ -149,6 +152,7 @@ impl AnySource {
     pub fn database(&self) -> &str {
         match self {
             AnySource::Postgres(s) => s.database(),
+            AnySource::Mysql(s) => s.database(),
         }
     }
 }
@@ -157,6 +161,7 @@ impl Source for AnySource {
     async fn run(self, ctx: SourceContext) -> Result<(), SourceError> {
         match self {
             AnySource::Postgres(s) => s.run(ctx).await,
+            AnySource::Mysql(s) => s.run(ctx).await,
         }
     }
 }
@@ -164,14 +169,12 @@ impl Source for AnySource {
 /// Builds the configured source. Nothing connects yet.
 pub fn build(spec: &SourceSpec) -> Result<AnySource, SourceError> {
     match &spec.source.db {
-        config::DbSettings::Postgres(pg) => Ok(AnySource::Postgres(
-            postgres::PostgresSource::new(postgres::PgSourceConfig::from_spec(spec, pg)?),
-        )),
-        config::DbSettings::Mysql(_) => Err(SourceError::definite(
-            "source.type = \"mysql\"",
-            "the MySQL / MariaDB source is not implemented in this build yet: `cdc run` captures Postgres only, and nothing was captured",
-            "use a Postgres source, or run `cdc check` to prepare the MySQL server for when it lands",
-        )),
+        config::DbSettings::Postgres(pg) => Ok(AnySource::Postgres(postgres::PostgresSource::new(
+            postgres::PgSourceConfig::from_spec(spec, pg)?,
+        ))),
+        config::DbSettings::Mysql(my) => Ok(AnySource::Mysql(mysql::MySqlSource::new(
+            mysql::MySqlSourceConfig::from_spec(spec, my)?,
+        ))),
     }
 }
 

@@ -1,12 +1,17 @@
-//! The MySQL / MariaDB keys of `[source]` ([`MySqlSettings`]).
+//! The MySQL / MariaDB keys of `[source]` ([`MySqlSettings`]) and the resolved
+//! configuration the source runs with ([`MySqlSourceConfig`]).
 //!
 //! Invariant: after [`DbSection::finish`] `server_id` is set (configured, or a stable
 //! hash of the connector's name in `1_000_000..2^31`) and is not 0.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use super::conn::MySqlEndpoint;
-use crate::config::{CommonSourceConfig, DbSection, KeyError};
+use crate::config::{CommonSourceConfig, DbSection, KeyError, SnapshotMode, SourceSpec};
+use crate::filter::TableFilter;
+use crate::SourceError;
 
 /// The keys of `[source]` only a MySQL / MariaDB source has.
 #[derive(Debug, Clone, Deserialize)]
@@ -15,6 +20,15 @@ pub struct MySqlSettings {
     /// from the connector's name (stable, in 1_000_000..2^31).
     #[serde(default)]
     pub server_id: Option<u32>,
+    /// The server sends a heartbeat event after this long without binlog events; a read
+    /// silent for three periods is a dead connection, and each heartbeat moves the
+    /// stored position past transactions of tables that are not captured. Default 10000.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_interval_ms: u64,
+}
+
+fn default_heartbeat_ms() -> u64 {
+    10_000
 }
 
 impl MySqlSettings {
@@ -52,9 +66,48 @@ impl DbSection for MySqlSettings {
                 "0 is not a valid replica server_id: use 1 to 4294967295, different from every server's".into(),
             ));
         }
+        if self.heartbeat_interval_ms < 100 {
+            return Err((
+                "source.heartbeat_interval_ms".into(),
+                "use at least 100 (ms)".into(),
+            ));
+        }
         self.server_id
             .get_or_insert_with(|| default_server_id(connector_name));
         Ok(())
+    }
+}
+
+/// Everything the running source needs, resolved from the configuration.
+#[derive(Clone, Debug)]
+pub struct MySqlSourceConfig {
+    pub endpoint: MySqlEndpoint,
+    /// The replica server id of the binlog connection.
+    pub server_id: u32,
+    pub filter: TableFilter,
+    pub snapshot_mode: SnapshotMode,
+    pub max_batch_events: usize,
+    pub heartbeat_interval: Duration,
+    /// `source.url` said `mariadb://`: records name the `mariadb` connector.
+    pub mariadb_url: bool,
+}
+
+impl MySqlSourceConfig {
+    /// Resolves the configuration of a MySQL / MariaDB source; an unusable URL is a
+    /// definite error that says what to fix.
+    pub fn from_spec(spec: &SourceSpec, my: &MySqlSettings) -> Result<Self, SourceError> {
+        let common = &spec.source.common;
+        let endpoint = MySqlEndpoint::from_url(common.url.expose(), common.password.as_ref())
+            .map_err(|e| SourceError::definite("source.url", e.message, e.fix))?;
+        Ok(MySqlSourceConfig {
+            endpoint,
+            server_id: my.server_id(),
+            filter: common.filter(),
+            snapshot_mode: spec.snapshot.snapshot_mode(),
+            max_batch_events: common.max_batch_events.max(1),
+            heartbeat_interval: Duration::from_millis(my.heartbeat_interval_ms.max(100)),
+            mariadb_url: common.url.expose().starts_with("mariadb://"),
+        })
     }
 }
 

@@ -1,0 +1,516 @@
+//! The binlog connection of a MySQL / MariaDB source: registering as a replica, asking
+//! for the binlog from a position (MariaDB GTID state, MySQL / MariaDB file + offset), the
+//! heartbeat that makes a dead connection noticed, and the decoders of MariaDB's own
+//! events, which `mysql_common` returns as unknown.
+//!
+//! # MariaDB positioning
+//!
+//! Before `COM_BINLOG_DUMP` the session announces `@mariadb_slave_capability = 4`
+//! (`MARIA_SLAVE_CAPABILITY_GTID`): without it the server rewrites every GTID event into a
+//! `BEGIN` query event and drops GTID lists, and we could not record GTID positions. With a
+//! GTID state the request carries `@slave_connect_state` (the domain → last-applied GTID
+//! map), strict mode off, and an empty file name: the server finds where to start in its
+//! binlogs and sends only event groups after that state. Without one (a server that never
+//! logged a transaction, or MySQL) the request names file and offset.
+//!
+//! # Events
+//!
+//! - `GTID_EVENT` (162): seq_no u64, domain_id u32, flags u8, then (flag
+//!   `FL_GROUP_COMMIT_ID`) commit_id u64 or (`FL_PREPARED_XA` / `FL_COMPLETED_XA`) an XID.
+//!   The server id is the event header's. `FL_STANDALONE`: no `BEGIN`/`XID` follows, the
+//!   group is one statement (DDL).
+//! - `GTID_LIST` (163): count u32 (low 28 bits), then count × (domain u32, server u32,
+//!   seq u64): the binlog state at the start of a file.
+//! - `ANNOTATE_ROWS` (160): the statement text of the row events that follow.
+//! - `BINLOG_CHECKPOINT` (161): name length u32, then the file name.
+//!
+//! Invariant: the decoders are total over their input (a short or malformed event is an
+//! error value, never a panic).
+
+use std::time::Duration;
+
+use cdc_schemas::gtid::MariaGtid;
+use cdc_schemas::GtidSet;
+use futures_util::StreamExt;
+use mysql_async::binlog::events::{Event, RowsEventData, TableMapEvent};
+use mysql_async::binlog::value::BinlogValue;
+use mysql_async::prelude::Queryable;
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
+use mysql_common::io::ParseBuf;
+
+use super::conn::{MySqlConnectError, MySqlEndpoint};
+use crate::SourceError;
+
+/// MariaDB event types `mysql_common` does not know.
+pub const ANNOTATE_ROWS_EVENT: u8 = 160;
+pub const BINLOG_CHECKPOINT_EVENT: u8 = 161;
+pub const MARIADB_GTID_EVENT: u8 = 162;
+pub const GTID_LIST_EVENT: u8 = 163;
+pub const START_ENCRYPTION_EVENT: u8 = 164;
+/// `QUERY_COMPRESSED_EVENT` .. `DELETE_ROWS_COMPRESSED_EVENT_V1` (`log_bin_compress`).
+pub const FIRST_COMPRESSED_EVENT: u8 = 165;
+pub const LAST_COMPRESSED_EVENT: u8 = 171;
+
+/// `GTID_EVENT` flags.
+pub const FL_STANDALONE: u8 = 1;
+pub const FL_GROUP_COMMIT_ID: u8 = 2;
+pub const FL_DDL: u8 = 32;
+pub const FL_PREPARED_XA: u8 = 64;
+pub const FL_COMPLETED_XA: u8 = 128;
+
+/// Which server dialect the binlog speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    MariaDb,
+    MySql,
+}
+
+impl Flavor {
+    /// From `SELECT VERSION()`.
+    pub fn of_version(version: &str) -> Flavor {
+        if version.to_ascii_lowercase().contains("mariadb") {
+            Flavor::MariaDb
+        } else {
+            Flavor::MySql
+        }
+    }
+}
+
+/// Where to start reading the binlog.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BinlogStart {
+    pub file: String,
+    pub pos: u64,
+    /// MariaDB: the GTID state to connect with (used when not empty).
+    pub gtid_set: Option<GtidSet>,
+}
+
+impl BinlogStart {
+    /// The GTID state the request is positioned by, if any.
+    pub fn gtid_state(&self) -> Option<&GtidSet> {
+        self.gtid_set.as_ref().filter(|g| !g.is_empty())
+    }
+}
+
+/// A MariaDB `GTID_EVENT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MariaGtidEvent {
+    pub gtid: MariaGtid,
+    pub flags: u8,
+    pub commit_id: Option<u64>,
+}
+
+impl MariaGtidEvent {
+    /// No `BEGIN` / `XID` follows: the group is a single statement.
+    pub fn standalone(&self) -> bool {
+        self.flags & FL_STANDALONE != 0
+    }
+}
+
+/// A MariaDB event that is not what its layout says.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("malformed MariaDB {event} event ({len} bytes): {what}")]
+pub struct EventFormatError {
+    pub event: &'static str,
+    pub len: usize,
+    pub what: &'static str,
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4)
+        .map(|s| u32::from_le_bytes(s.try_into().expect("4 bytes")))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at + 8)
+        .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+}
+
+/// Decodes a `GTID_EVENT` body (`server_id` from the event header).
+pub fn parse_gtid_event(data: &[u8], server_id: u32) -> Result<MariaGtidEvent, EventFormatError> {
+    let err = |what| EventFormatError {
+        event: "GTID",
+        len: data.len(),
+        what,
+    };
+    let seq = u64_at(data, 0).ok_or_else(|| err("shorter than seq_no"))?;
+    let domain = u32_at(data, 8).ok_or_else(|| err("shorter than domain_id"))?;
+    let flags = *data.get(12).ok_or_else(|| err("no flags byte"))?;
+    let commit_id = if flags & FL_GROUP_COMMIT_ID != 0 {
+        Some(u64_at(data, 13).ok_or_else(|| err("FL_GROUP_COMMIT_ID without a commit_id"))?)
+    } else {
+        None
+    };
+    Ok(MariaGtidEvent {
+        gtid: MariaGtid {
+            domain,
+            server: server_id,
+            seq,
+        },
+        flags,
+        commit_id,
+    })
+}
+
+/// Decodes a `GTID_LIST` body: the GTIDs it lists, in order.
+pub fn parse_gtid_list(data: &[u8]) -> Result<Vec<MariaGtid>, EventFormatError> {
+    let err = |what| EventFormatError {
+        event: "GTID_LIST",
+        len: data.len(),
+        what,
+    };
+    let count = (u32_at(data, 0).ok_or_else(|| err("no count"))? & 0x0fff_ffff) as usize;
+    let need = 4 + count
+        .checked_mul(16)
+        .ok_or_else(|| err("count overflows"))?;
+    if data.len() < need {
+        return Err(err("shorter than its count of GTIDs"));
+    }
+    Ok((0..count)
+        .map(|i| {
+            let at = 4 + 16 * i;
+            MariaGtid {
+                domain: u32_at(data, at).expect("checked length"),
+                server: u32_at(data, at + 4).expect("checked length"),
+                seq: u64_at(data, at + 8).expect("checked length"),
+            }
+        })
+        .collect())
+}
+
+/// Decodes a `BINLOG_CHECKPOINT` body: the oldest binlog file still needed for crash
+/// recovery.
+pub fn parse_binlog_checkpoint(data: &[u8]) -> Result<String, EventFormatError> {
+    let err = |what| EventFormatError {
+        event: "BINLOG_CHECKPOINT",
+        len: data.len(),
+        what,
+    };
+    let n = u32_at(data, 0).ok_or_else(|| err("no name length"))? as usize;
+    let name = data
+        .get(4..4 + n)
+        .ok_or_else(|| err("shorter than its name length"))?;
+    Ok(String::from_utf8_lossy(name).into_owned())
+}
+
+/// Decodes an `ANNOTATE_ROWS` body: the statement text (never logged: it holds values).
+pub fn parse_annotate_rows(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).into_owned()
+}
+
+/// The row images of a rows event, parsed without `mysql_common`'s per-row column
+/// objects: each value is parsed in place (borrowing the event's bytes) into `before` /
+/// `after`, which are reused from row to row, and `f` is called with the row's index and
+/// its images (`None` for a column the image does not hold).
+///
+/// Layout (both MySQL and MariaDB, v1 and v2): per row, the before image (update,
+/// delete) then the after image (write, update); an image is a NULL bitmap of one bit
+/// per column present in the event's column bitmap, then the non-NULL values in column
+/// order, each in its type's binlog encoding (the table map gives type and metadata).
+pub fn for_each_row<'a>(
+    r: &'a RowsEventData<'a>,
+    tme: &'a TableMapEvent<'a>,
+    unsigned: &[bool],
+    before: &mut Vec<Option<BinlogValue<'a>>>,
+    after: &mut Vec<Option<BinlogValue<'a>>>,
+    mut f: impl FnMut(
+        u32,
+        Option<&[Option<BinlogValue<'a>>]>,
+        Option<&[Option<BinlogValue<'a>>]>,
+    ) -> Result<(), SourceError>,
+) -> Result<(), SourceError> {
+    let bad = |what: String| {
+        SourceError::definite(
+            format!(
+                "decoding a rows event of {}.{}",
+                tme.database_name(),
+                tme.table_name()
+            ),
+            what,
+            "report this as a bug, with the table's definition",
+        )
+    };
+    if let RowsEventData::PartialUpdateRowsEvent(_) = r {
+        return Err(SourceError::definite(
+            "reading the binlog",
+            "partial JSON updates (binlog_row_value_options = PARTIAL_JSON) do not carry full after images",
+            "SET GLOBAL binlog_row_value_options = ''; and remove it from my.cnf",
+        ));
+    }
+    let n = r.num_columns() as usize;
+    let mut types = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = match tme.get_column_type(i) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Err(bad(format!("the table map has no type for column {i}"))),
+            Err(e) => return Err(bad(format!("column {i}: {e}"))),
+        };
+        types.push((t, tme.get_column_metadata(i).unwrap_or(&[])));
+    }
+    let before_cols: Option<Vec<bool>> = r
+        .columns_before_image()
+        .map(|b| (0..n).map(|i| b.get(i).is_some_and(|x| *x)).collect());
+    let after_cols: Option<Vec<bool>> = r
+        .columns_after_image()
+        .map(|b| (0..n).map(|i| b.get(i).is_some_and(|x| *x)).collect());
+    let mut buf = ParseBuf(r.rows_data());
+    let read = |buf: &mut ParseBuf<'a>,
+                cols: &[bool],
+                out: &mut Vec<Option<BinlogValue<'a>>>|
+     -> Result<(), SourceError> {
+        out.clear();
+        let present = cols.iter().filter(|c| **c).count();
+        let nulls: &[u8] = buf
+            .checked_eat(present.div_ceil(8))
+            .ok_or_else(|| bad("a row image shorter than its NULL bitmap".into()))?;
+        let mut k = 0usize;
+        for (i, &(t, meta)) in types.iter().enumerate() {
+            if !cols[i] {
+                out.push(None);
+                continue;
+            }
+            let null = nulls[k / 8] >> (k % 8) & 1 == 1;
+            k += 1;
+            if null {
+                out.push(Some(BinlogValue::Value(mysql_common::Value::NULL)));
+            } else {
+                let u = unsigned.get(i).copied().unwrap_or(false);
+                let v = buf
+                    .parse::<BinlogValue<'a>>((t, meta, u, false))
+                    .map_err(|e| bad(format!("column {i} ({t:?}): {e}")))?;
+                out.push(Some(v));
+            }
+        }
+        Ok(())
+    };
+    let mut index = 0u32;
+    while !buf.is_empty() {
+        let b = match &before_cols {
+            Some(cols) => {
+                read(&mut buf, cols, before)?;
+                Some(before.as_slice())
+            }
+            None => None,
+        };
+        let a = match &after_cols {
+            Some(cols) => {
+                read(&mut buf, cols, after)?;
+                Some(after.as_slice())
+            }
+            None => None,
+        };
+        f(index, b, a)?;
+        index += 1;
+    }
+    Ok(())
+}
+
+/// An open binlog stream.
+pub struct BinlogConn {
+    pub stream: BinlogStream,
+    /// Reads time out after this long without any event (heartbeats included).
+    pub read_timeout: Duration,
+    /// The server checksums events (`binlog_checksum = CRC32`). Events read before the
+    /// first format description (the fake rotate at the start) still carry the 4 bytes:
+    /// the reader learns the algorithm from that description.
+    pub checksum: bool,
+}
+
+/// A failure of the binlog connection, classified.
+pub fn my_err(what: &str, e: mysql_async::Error) -> SourceError {
+    use mysql_async::Error as E;
+    match &e {
+        E::Server(s) if s.code == 1236 => SourceError::definite(
+            what.to_string(),
+            format!(
+                "the server cannot send the binlog from the stored position: {} (error 1236). The binlog files holding changes since the position were purged (or the server's binlog was reset); those changes are lost to this connector",
+                s.message
+            ),
+            "set snapshot.mode = \"when_needed\" to take a new snapshot (records are then re-read as op r), or start over with an empty log dir; to prevent it, keep binlogs longer (binlog_expire_logs_seconds) than the connector may be stopped",
+        )
+        .caused_by(e),
+        E::Server(s) if matches!(s.code, 1045 | 1227 | 1142 | 1044) => SourceError::definite(
+            what.to_string(),
+            format!("the server refused: {} (error {})", s.message, s.code),
+            "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT, RELOAD ON *.* TO the connector's user",
+        )
+        .caused_by(e),
+        E::Server(s) => SourceError::transient(
+            what.to_string(),
+            format!("server error {}: {}", s.code, s.message),
+        )
+        .caused_by(e),
+        _ => SourceError::transient(what.to_string(), e.to_string()).caused_by(e),
+    }
+}
+
+/// True for the server's answer to a position it no longer has (error 1236).
+pub fn is_purged(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if s.code == 1236)
+}
+
+/// A failed connection attempt as a source error: an unreachable server is transient
+/// (the supervisor retries), bad credentials or TLS settings are definite.
+pub fn connect_err(e: MySqlConnectError) -> SourceError {
+    if e.is_transient() {
+        SourceError::transient("connecting to MySQL", e.to_string()).caused_by(e)
+    } else {
+        SourceError::definite("connecting to MySQL", e.message.clone(), e.fix.clone()).caused_by(e)
+    }
+}
+
+/// Connects a binlog stream from `start`. `heartbeat` is the server's heartbeat period.
+/// A position the server no longer has is reported by the first [`BinlogConn::next`].
+pub async fn open(
+    ep: &MySqlEndpoint,
+    server_id: u32,
+    flavor: Flavor,
+    start: &BinlogStart,
+    heartbeat: Duration,
+) -> Result<BinlogConn, SourceError> {
+    let mut conn: Conn = ep.connect().await.map_err(connect_err)?;
+    let nanos = heartbeat.as_nanos().min(u64::MAX as u128) as u64;
+    let mut setup = format!("SET @master_heartbeat_period = {nanos}");
+    if flavor == Flavor::MariaDb {
+        setup.push_str("; SET @mariadb_slave_capability = 4");
+        if let Some(g) = start.gtid_state() {
+            // The set's text is digits, dashes and commas only (GtidSet's Display).
+            setup.push_str(&format!(
+                "; SET @slave_connect_state = '{g}'; SET @slave_gtid_strict_mode = 0; SET @slave_gtid_ignore_duplicates = 0"
+            ));
+        }
+    }
+    conn.query_drop(setup)
+        .await
+        .map_err(|e| my_err("preparing the binlog connection", e))?;
+    let checksum: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.binlog_checksum")
+        .await
+        .map_err(|e| my_err("preparing the binlog connection", e))?;
+    let checksum = checksum.is_some_and(|c| !c.eq_ignore_ascii_case("NONE"));
+    let by_gtid = flavor == Flavor::MariaDb && start.gtid_state().is_some();
+    let request = if by_gtid {
+        BinlogStreamRequest::new(server_id)
+            .with_filename(b"")
+            .with_pos(4)
+    } else {
+        BinlogStreamRequest::new(server_id)
+            .with_filename(start.file.as_bytes())
+            .with_pos(start.pos.max(4))
+    };
+    let stream = conn
+        .get_binlog_stream(request)
+        .await
+        .map_err(|e| my_err("requesting the binlog", e))?;
+    Ok(BinlogConn {
+        stream,
+        read_timeout: heartbeat * 3 + Duration::from_secs(2),
+        checksum,
+    })
+}
+
+/// What reading the next event gave.
+pub enum Next {
+    Event(Event),
+    /// The server ended the stream.
+    End,
+}
+
+impl BinlogConn {
+    /// The next event; a read silent for longer than `read_timeout` is a lost connection.
+    pub async fn next(&mut self) -> Result<Next, mysql_async::Error> {
+        match tokio::time::timeout(self.read_timeout, self.stream.next()).await {
+            Ok(Some(Ok(ev))) => Ok(Next::Event(ev)),
+            Ok(Some(Err(e))) => Err(e),
+            Ok(None) => Ok(Next::End),
+            Err(_) => Err(mysql_async::Error::Io(mysql_async::IoError::Io(
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!(
+                        "no binlog event or heartbeat for {:?}: the connection is considered dead",
+                        self.read_timeout
+                    ),
+                ),
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gtid_event() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&100u64.to_le_bytes());
+        b.extend_from_slice(&2u32.to_le_bytes());
+        b.push(FL_STANDALONE | FL_DDL);
+        let e = parse_gtid_event(&b, 7).unwrap();
+        assert_eq!(e.gtid.to_string(), "2-7-100");
+        assert!(e.standalone());
+        assert_eq!(e.commit_id, None);
+
+        let mut b = Vec::new();
+        b.extend_from_slice(&5u64.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.push(FL_GROUP_COMMIT_ID | 4);
+        b.extend_from_slice(&99u64.to_le_bytes());
+        b.extend_from_slice(&[0, 0, 0]); // later additions (flags_extra, …) are ignored
+        let e = parse_gtid_event(&b, 1).unwrap();
+        assert_eq!(e.gtid.to_string(), "0-1-5");
+        assert!(!e.standalone());
+        assert_eq!(e.commit_id, Some(99));
+
+        assert!(parse_gtid_event(&b[..10], 1).is_err());
+        assert!(
+            parse_gtid_event(&b[..15], 1).is_err(),
+            "commit id cut short"
+        );
+    }
+
+    #[test]
+    fn gtid_list_event() {
+        // The example of MariaDB's documentation: Gtid list [0-10124-3584].
+        let body = [
+            0x01, 0, 0, 0, 0, 0, 0, 0, 0x8c, 0x27, 0, 0, 0, 0x0e, 0, 0, 0, 0, 0, 0,
+        ];
+        let l = parse_gtid_list(&body).unwrap();
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].to_string(), "0-10124-3584");
+        // Flags in the count's top bits are not part of the count.
+        let mut flagged = body;
+        flagged[3] = 0x10;
+        assert_eq!(parse_gtid_list(&flagged).unwrap(), l);
+        assert!(parse_gtid_list(&body[..19]).is_err());
+        assert!(parse_gtid_list(&[]).is_err());
+        assert_eq!(parse_gtid_list(&[0, 0, 0, 0]).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn checkpoint_and_annotate() {
+        let mut b = 13u32.to_le_bytes().to_vec();
+        b.extend_from_slice(b"binlog.000002");
+        assert_eq!(parse_binlog_checkpoint(&b).unwrap(), "binlog.000002");
+        assert!(parse_binlog_checkpoint(&b[..10]).is_err());
+        assert_eq!(
+            parse_annotate_rows(b"INSERT INTO t VALUES (1)"),
+            "INSERT INTO t VALUES (1)"
+        );
+    }
+
+    #[test]
+    fn start_uses_gtids_only_when_there_are_some() {
+        let s = BinlogStart {
+            file: "b.000001".into(),
+            pos: 4,
+            gtid_set: Some(GtidSet::empty_mariadb()),
+        };
+        assert!(s.gtid_state().is_none());
+        let s = BinlogStart {
+            gtid_set: Some("0-1-5".parse().unwrap()),
+            ..s
+        };
+        assert_eq!(s.gtid_state().unwrap().to_string(), "0-1-5");
+    }
+}
