@@ -493,6 +493,12 @@ impl State<'_> {
                 TableChange::Renamed { from, table, .. } => (Some(from), Some(table)),
                 TableChange::Dropped(id) => (Some(id), None),
                 TableChange::Truncated(_) => (None, None),
+                TableChange::PartitionRows { table, operation } => {
+                    // The server removes (or moves) those rows without row events: the
+                    // log keeps them. Debezium does the same; say so, once per statement.
+                    tracing::warn!(table = %table, operation = %operation, "a partition statement changed rows of a captured table without row events: the log still holds them (a new snapshot makes it equal the table)");
+                    (None, None)
+                }
             };
             if let Some(id) = gone {
                 self.by_name.remove(&id);

@@ -433,10 +433,8 @@ pub fn metric(addr: &str, name: &str) -> Option<f64> {
     let (status, body) = cdc_harness::http(addr, "GET", "/metrics", None, "");
     assert_eq!(status, 200);
     let text = body.as_str().unwrap_or_default().to_string();
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == name).then(|| v.trim().parse().ok()).flatten()
-        })
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == name).then(|| v.trim().parse().ok()).flatten()
+    })
 }
