@@ -334,6 +334,20 @@ fn default_frac(connector: ConnectorKind) -> u8 {
     }
 }
 
+/// The `allowed` parameter of an `Enum` / `EnumSet` schema: the members joined by `,`.
+/// Debezium's MySQL connector escapes a comma inside a member as `\,` (so the list can be
+/// split again: `ENUM('a,b')` → `a\,b`); its Postgres connector joins them as they are.
+fn allowed_list(symbols: &[String], connector: ConnectorKind) -> String {
+    match connector {
+        ConnectorKind::Postgres => symbols.join(","),
+        ConnectorKind::MySql | ConnectorKind::MariaDb => symbols
+            .iter()
+            .map(|s| s.replace(',', "\\,"))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
 /// Maps one column type to its Connect schema (not yet optional) and its conversion.
 pub(crate) fn map_type(
     ty: &ColumnType,
@@ -445,13 +459,13 @@ pub(crate) fn map_type(
         ColumnType::Enum { symbols, .. } => (
             ConnectSchema::of(T::String)
                 .named(DBZ_ENUM, 1)
-                .param("allowed", symbols.join(",")),
+                .param("allowed", allowed_list(symbols, connector)),
             Conv::Text,
         ),
         ColumnType::Set { symbols } => (
             ConnectSchema::of(T::String)
                 .named(DBZ_ENUM_SET, 1)
-                .param("allowed", symbols.join(",")),
+                .param("allowed", allowed_list(symbols, connector)),
             Conv::Text,
         ),
         ColumnType::Bits { len, varying } => match (len, varying) {
