@@ -589,7 +589,7 @@ impl State<'_> {
             .id
             .get_or_insert_with(|| match &tx.gtid {
                 Some(g) => g.clone(),
-                None => format!("{}:{}", tx.file, tx.start_pos).into(),
+                None => format!("file={},pos={}", tx.file, tx.start_pos).into(),
             })
             .clone();
         let mut before = Vec::with_capacity(cols.len());
