@@ -93,11 +93,14 @@ const CAPTURES: &[Capture] = &[
     Capture {
         name: "default",
         golden: GOLDEN_DEFAULT,
-        format: "[format]\nvalue = \"json-schemas\"\nschema_change = \"force\"\n",
+        format: "[format]\nvalue = \"json-schemas\"\n",
     },
     Capture {
         name: "modes",
         golden: GOLDEN_MODES,
+        // `ALTER TABLE ddl MODIFY a BIGINT UNSIGNED` turns int32 into a Decimal (bytes) in
+        // precise mode: incompatible under the embedded registry's BACKWARD check, which
+        // Debezium with the JSON converter does not make.
         format: "[format]\nvalue = \"json-schemas\"\nschema_change = \"force\"\ndecimal_handling_mode = \"string\"\n\
                  binary_handling_mode = \"hex\"\ntime_precision_mode = \"connect\"\n\
                  bigint_unsigned_handling_mode = \"precise\"\n",
@@ -161,8 +164,9 @@ const DEVIATIONS: &[Rule] = &[
         json_name_from_ddl,
     ),
     (
-        "column defaults: Debezium copies a column's DEFAULT into the field schema; we do \
-         not (FORMATS.md deviation 13)",
+        "column defaults other than integers and quoted strings (here TIMESTAMP NOT NULL \
+         DEFAULT '0000-00-00 00:00:00', Debezium \"1970-01-01T00:00:00Z\"): Debezium copies \
+         them into the field schema; we do not (FORMATS.md deviation 13)",
         column_default_missing,
     ),
     (
