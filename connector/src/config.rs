@@ -331,11 +331,13 @@ impl Config {
             &f.decimal_handling_mode,
             &["precise", "double", "string"],
         )?;
-        one_of(
-            "format.time_precision_mode",
-            &f.time_precision_mode,
-            &["adaptive", "adaptive_time_microseconds", "connect"],
-        )?;
+        if let Some(m) = &f.time_precision_mode {
+            one_of(
+                "format.time_precision_mode",
+                m,
+                &["adaptive", "adaptive_time_microseconds", "connect"],
+            )?;
+        }
         one_of(
             "format.binary_handling_mode",
             &f.binary_handling_mode,
@@ -345,6 +347,11 @@ impl Config {
             "format.interval_handling_mode",
             &f.interval_handling_mode,
             &["numeric", "string"],
+        )?;
+        one_of(
+            "format.bigint_unsigned_handling_mode",
+            &f.bigint_unsigned_handling_mode,
+            &["long", "precise"],
         )?;
         one_of(
             "format.unrepresentable_handling_mode",

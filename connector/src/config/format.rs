@@ -25,15 +25,20 @@ pub struct FormatConfig {
     /// Debezium `decimal.handling.mode`: "precise" | "double" | "string".
     #[serde(default = "default_precise")]
     pub decimal_handling_mode: String,
-    /// Debezium `time.precision.mode`: "adaptive" | "adaptive_time_microseconds" | "connect".
-    #[serde(default = "default_adaptive")]
-    pub time_precision_mode: String,
+    /// Debezium `time.precision.mode`: "adaptive" | "adaptive_time_microseconds" | "connect";
+    /// unset: Debezium's default for the source (Postgres "adaptive", MySQL
+    /// "adaptive_time_microseconds").
+    #[serde(default)]
+    pub time_precision_mode: Option<String>,
     /// Debezium `binary.handling.mode`: "bytes" | "base64" | "base64-url-safe" | "hex".
     #[serde(default = "default_bytes")]
     pub binary_handling_mode: String,
     /// Debezium `interval.handling.mode`: "numeric" | "string".
     #[serde(default = "default_numeric")]
     pub interval_handling_mode: String,
+    /// Debezium `bigint.unsigned.handling.mode` (MySQL `BIGINT UNSIGNED`): "long" | "precise".
+    #[serde(default = "default_long")]
+    pub bigint_unsigned_handling_mode: String,
     /// Debezium `tombstones.on.delete`.
     #[serde(default = "default_true")]
     pub tombstones_on_delete: bool,
@@ -55,14 +60,14 @@ fn default_format_value() -> String {
 fn default_precise() -> String {
     "precise".into()
 }
-fn default_adaptive() -> String {
-    "adaptive".into()
-}
 fn default_bytes() -> String {
     "bytes".into()
 }
 fn default_numeric() -> String {
     "numeric".into()
+}
+fn default_long() -> String {
+    "long".into()
 }
 fn default_header() -> String {
     "header".into()
@@ -79,9 +84,10 @@ impl Default for FormatConfig {
         FormatConfig {
             value: default_format_value(),
             decimal_handling_mode: default_precise(),
-            time_precision_mode: default_adaptive(),
+            time_precision_mode: None,
             binary_handling_mode: default_bytes(),
             interval_handling_mode: default_numeric(),
+            bigint_unsigned_handling_mode: default_long(),
             tombstones_on_delete: true,
             unrepresentable_handling_mode: default_header(),
             schema_change: default_schema_change(),

@@ -28,8 +28,9 @@ use std::time::{Duration, Instant};
 
 use cdc_log::{FlushPolicy, Log};
 use cdc_schemas::encode::{
-    BinaryHandlingMode, ConnectorKind, DecimalHandlingMode, EncoderConfig, IntervalHandlingMode,
-    RecordFormat, SourceInfo, TimePrecisionMode, UnrepresentableMode,
+    BigIntUnsignedHandlingMode, BinaryHandlingMode, ConnectorKind, DecimalHandlingMode,
+    EncoderConfig, IntervalHandlingMode, RecordFormat, SourceInfo, TimePrecisionMode,
+    UnrepresentableMode,
 };
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_schemas::Checkpoint;
@@ -59,10 +60,12 @@ pub fn encoder_config(config: &Config, kind: ConnectorKind, database: &str) -> E
         "string" => DecimalHandlingMode::String,
         _ => DecimalHandlingMode::Precise,
     };
-    c.time_precision_mode = match f.time_precision_mode.as_str() {
-        "adaptive_time_microseconds" => TimePrecisionMode::AdaptiveTimeMicroseconds,
-        "connect" => TimePrecisionMode::Connect,
-        _ => TimePrecisionMode::Adaptive,
+    c.time_precision_mode = match f.time_precision_mode.as_deref() {
+        Some("adaptive") => TimePrecisionMode::Adaptive,
+        Some("adaptive_time_microseconds") => TimePrecisionMode::AdaptiveTimeMicroseconds,
+        Some("connect") => TimePrecisionMode::Connect,
+        // Unset: Debezium's default for this connector (EncoderConfig::new chose it).
+        _ => c.time_precision_mode,
     };
     c.binary_handling_mode = match f.binary_handling_mode.as_str() {
         "base64" => BinaryHandlingMode::Base64,
@@ -73,6 +76,10 @@ pub fn encoder_config(config: &Config, kind: ConnectorKind, database: &str) -> E
     c.interval_handling_mode = match f.interval_handling_mode.as_str() {
         "string" => IntervalHandlingMode::String,
         _ => IntervalHandlingMode::Numeric,
+    };
+    c.bigint_unsigned_handling_mode = match f.bigint_unsigned_handling_mode.as_str() {
+        "precise" => BigIntUnsignedHandlingMode::Precise,
+        _ => BigIntUnsignedHandlingMode::Long,
     };
     c.tombstones_on_delete = f.tombstones_on_delete;
     c.unrepresentable_handling_mode = match f.unrepresentable_handling_mode.as_str() {

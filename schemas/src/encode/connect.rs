@@ -63,8 +63,9 @@ pub struct ConnectSchema {
     pub doc: Option<String>,
     /// In insertion order (the order Debezium adds them).
     pub parameters: Vec<(String, String)>,
-    /// Only string defaults occur in the envelope (`source.snapshot = "false"`).
-    pub default: Option<String>,
+    /// The default as the JSON converter writes it: `source.snapshot = "false"`, and MySQL
+    /// column defaults (`7`, `"dflt"`; see [`mysql_default`]).
+    pub default: Option<serde_json::Value>,
 }
 
 /// A field of a Connect struct.
@@ -334,6 +335,20 @@ fn default_frac(connector: ConnectorKind) -> u8 {
     }
 }
 
+/// The `allowed` parameter of an `Enum` / `EnumSet` schema: the members joined by `,`.
+/// Debezium's MySQL connector escapes a comma inside a member as `\,` (so the list can be
+/// split again: `ENUM('a,b')` → `a\,b`); its Postgres connector joins them as they are.
+fn allowed_list(symbols: &[String], connector: ConnectorKind) -> String {
+    match connector {
+        ConnectorKind::Postgres => symbols.join(","),
+        ConnectorKind::MySql | ConnectorKind::MariaDb => symbols
+            .iter()
+            .map(|s| s.replace(',', "\\,"))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
 /// Maps one column type to its Connect schema (not yet optional) and its conversion.
 pub(crate) fn map_type(
     ty: &ColumnType,
@@ -445,13 +460,13 @@ pub(crate) fn map_type(
         ColumnType::Enum { symbols, .. } => (
             ConnectSchema::of(T::String)
                 .named(DBZ_ENUM, 1)
-                .param("allowed", symbols.join(",")),
+                .param("allowed", allowed_list(symbols, connector)),
             Conv::Text,
         ),
         ColumnType::Set { symbols } => (
             ConnectSchema::of(T::String)
                 .named(DBZ_ENUM_SET, 1)
-                .param("allowed", symbols.join(",")),
+                .param("allowed", allowed_list(symbols, connector)),
             Conv::Text,
         ),
         ColumnType::Bits { len, varying } => match (len, varying) {
@@ -494,6 +509,55 @@ pub(crate) fn map_type(
     })
 }
 
+/// A MySQL / MariaDB column default (`information_schema.COLUMNS.COLUMN_DEFAULT`'s text) as
+/// the Connect default Debezium puts in the field schema, for the types where the text
+/// says the value unambiguously: integers (`7`) and MariaDB's quoted string literals
+/// (`'dflt'`, `'it''s'`) of text, ENUM and SET columns. None for anything else (`NULL`,
+/// expressions such as `current_timestamp()`, MySQL's unquoted strings, which read like
+/// expressions, and the other types: FORMATS.md, deviation 13). The text alone does not
+/// say the server's flavour (a `mysql://` URL may name a MariaDB): a MySQL string default
+/// whose value itself starts and ends with a quote reads as MariaDB's literal.
+pub(crate) fn mysql_default(ty: &ColumnType, text: &str) -> Option<serde_json::Value> {
+    match ty {
+        ColumnType::Int16 | ColumnType::Int32 | ColumnType::Int64 => {
+            let n: i64 = text.parse().ok()?;
+            let fits = match ty {
+                ColumnType::Int16 => i16::try_from(n).is_ok(),
+                ColumnType::Int32 => i32::try_from(n).is_ok(),
+                _ => true,
+            };
+            fits.then(|| n.into())
+        }
+        ColumnType::Text { .. } | ColumnType::Enum { .. } | ColumnType::Set { .. } => {
+            let inner = text.strip_prefix('\'')?.strip_suffix('\'')?;
+            let mut out = String::with_capacity(inner.len());
+            let mut chars = inner.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\'' => {
+                        // A quote inside is doubled; a lone one means this is no literal.
+                        if chars.next() != Some('\'') {
+                            return None;
+                        }
+                        out.push('\'');
+                    }
+                    '\\' => out.push(match chars.next()? {
+                        '0' => '\0',
+                        'n' => '\n',
+                        'r' => '\r',
+                        't' => '\t',
+                        'Z' => '\u{1a}',
+                        c => c,
+                    }),
+                    c => out.push(c),
+                }
+            }
+            Some(out.into())
+        }
+        _ => None,
+    }
+}
+
 /// Plans one column: its Connect schema (optional when nullable) and conversion.
 pub(crate) fn plan_column(
     index: usize,
@@ -501,7 +565,16 @@ pub(crate) fn plan_column(
     cfg: &EncoderConfig,
 ) -> Result<(ConnectField, ColumnPlan), EncodeError> {
     let (schema, conv) = map_type(&column.ty, cfg)?;
-    let schema = schema.optional_if(column.nullable);
+    let mut schema = schema.optional_if(column.nullable);
+    if matches!(
+        cfg.source.connector,
+        ConnectorKind::MySql | ConnectorKind::MariaDb
+    ) {
+        schema.default = column
+            .default
+            .as_deref()
+            .and_then(|d| mysql_default(&column.ty, d));
+    }
     let mut key = Vec::with_capacity(column.name.len() + 3);
     crate::encode::json::write_str(&mut key, &column.name);
     key.push(b':');
@@ -515,4 +588,34 @@ pub(crate) fn plan_column(
             json_key: key.into_boxed_slice(),
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mysql_defaults_debezium_would_write() {
+        let text = ColumnType::Text { max_len: None };
+        assert_eq!(mysql_default(&ColumnType::Int32, "7"), Some(7.into()));
+        assert_eq!(mysql_default(&ColumnType::Int16, "-3"), Some((-3).into()));
+        assert_eq!(mysql_default(&ColumnType::Int16, "70000"), None);
+        assert_eq!(mysql_default(&ColumnType::Int32, "NULL"), None);
+        assert_eq!(mysql_default(&text, "'dflt'"), Some("dflt".into()));
+        assert_eq!(mysql_default(&text, "'it''s'"), Some("it's".into()));
+        assert_eq!(mysql_default(&text, "'a\\\\b\\n'"), Some("a\\b\n".into()));
+        assert_eq!(mysql_default(&text, "''"), Some("".into()));
+        // Not literals: SQL NULL's text, expressions, MySQL's unquoted text.
+        assert_eq!(mysql_default(&text, "NULL"), None);
+        assert_eq!(mysql_default(&text, "uuid()"), None);
+        assert_eq!(mysql_default(&text, "'a'||'b'"), None);
+        assert_eq!(mysql_default(&ColumnType::Date, "'2024-01-01'"), None);
+    }
+
+    #[test]
+    fn mysql_enum_allowed_escapes_commas() {
+        let s = vec!["small".to_string(), "a,b".to_string()];
+        assert_eq!(allowed_list(&s, ConnectorKind::MySql), "small,a\\,b");
+        assert_eq!(allowed_list(&s, ConnectorKind::Postgres), "small,a,b");
+    }
 }

@@ -517,7 +517,10 @@ pub fn write_connect_schema(buf: &mut Vec<u8>, s: &ConnectSchema, field: Option<
     }
     if let Some(d) = &s.default {
         buf.extend_from_slice(b",\"default\":");
-        write_str(buf, d);
+        match d {
+            serde_json::Value::String(d) => write_str(buf, d),
+            d => buf.extend_from_slice(d.to_string().as_bytes()),
+        }
     }
     if let Some(f) = field {
         buf.extend_from_slice(b",\"field\":");

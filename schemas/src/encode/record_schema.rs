@@ -20,7 +20,7 @@ pub fn source_schema(config: &EncoderConfig) -> ConnectSchema {
         )
         .optional();
     let snapshot = ConnectSchema {
-        default: Some("false".to_string()),
+        default: Some("false".into()),
         ..snapshot
     };
     let mut fields = vec![

@@ -217,7 +217,13 @@ pub async fn run_snapshot(
     let schemas = Schemas::load(&mut conn, &cfg.filter)
         .await
         .map_err(schema_err)?;
-    let tables: Vec<MyTable> = schemas.iter().cloned().collect();
+    let mut tables: Vec<MyTable> = schemas.iter().cloned().collect();
+    // As Debezium: in the order of the include patterns (each pattern's tables by name).
+    tables.sort_by_cached_key(|t| {
+        let name = t.id().to_string();
+        let p = cfg.filter.include_patterns();
+        p.iter().position(|p| crate::filter::glob(p, &name))
+    });
     let ids: Vec<TableId> = tables.iter().map(MyTable::id).collect();
     send(
         out,

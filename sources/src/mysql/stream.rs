@@ -518,6 +518,12 @@ impl State<'_> {
                 TableChange::Renamed { from, table, .. } => (Some(from), Some(table)),
                 TableChange::Dropped(id) => (Some(id), None),
                 TableChange::Truncated(_) => (None, None),
+                TableChange::PartitionRows { table, operation } => {
+                    // The server removes (or moves) those rows without row events: the
+                    // log keeps them. Debezium does the same; say so, once per statement.
+                    tracing::warn!(table = %table, operation = %operation, "a partition statement changed rows of a captured table without row events: the log still holds them (a new snapshot makes it equal the table)");
+                    (None, None)
+                }
             };
             if let Some(id) = gone {
                 self.by_name.remove(&id);
@@ -608,7 +614,7 @@ impl State<'_> {
             .id
             .get_or_insert_with(|| match &tx.gtid {
                 Some(g) => g.clone(),
-                None => format!("{}:{}", tx.file, tx.start_pos).into(),
+                None => format!("file={},pos={}", tx.file, tx.start_pos).into(),
             })
             .clone();
         // One rows event is one table: its counter is looked up once.
