@@ -572,7 +572,8 @@ fn encode_as_debezium(table: &MyTable, row: &[Value]) {
     );
     check("y", "int32", Some("io.debezium.time.Year"), json!(2155));
     check("e", "string", Some("io.debezium.data.Enum"), json!("b'c"));
-    assert_eq!(field("e")["parameters"]["allowed"], "a,b'c,x,y,\\");
+    // Debezium's MySQL connector escapes a comma inside a member (the golden capture).
+    assert_eq!(field("e")["parameters"]["allowed"], "a,b'c,x\\,y,\\");
     check(
         "s",
         "string",

@@ -306,7 +306,10 @@ async fn read_table(
     metrics: &MyMetrics,
 ) -> Result<u64, SourceError> {
     let cols = &t.my.columns;
-    let list: Vec<String> = cols.iter().map(|c| my_ident(&c.name)).collect();
+    let list: Vec<String> = cols
+        .iter()
+        .map(|c| decode::select_expr(c, &my_ident(&c.name)).into_owned())
+        .collect();
     let sql = format!(
         "SELECT {} FROM {}.{}",
         list.join(", "),
@@ -326,7 +329,7 @@ async fn read_table(
     };
     while let Some(row) = result.next().await.map_err(|e| my_err(&what, e))? {
         let mut values = Vec::with_capacity(cols.len());
-        for (i, c) in cols.iter().enumerate() {
+        for (i, c) in t.decoder.columns().iter().enumerate() {
             let raw = match row.as_ref(i) {
                 Some(MyValue::Bytes(b)) => Some(b.as_slice()),
                 Some(MyValue::NULL) | None => None,
@@ -334,11 +337,11 @@ async fn read_table(
                     // The text protocol only sends bytes and NULLs; anything else is
                     // passed through as its SQL text.
                     let s = other.as_sql(true);
-                    values.push(decode::text_value(c, Some(s.as_bytes()), opts));
+                    values.push(c.text(Some(s.as_bytes()), opts));
                     continue;
                 }
             };
-            values.push(decode::text_value(c, raw, opts));
+            values.push(c.text(raw, opts));
         }
         let ev = ChangeEvent::read(t.schema.clone(), Row::new(values), pos.clone(), ts)
             .map_err(|e| bad(e.to_string()))?;

@@ -60,7 +60,7 @@ use mysql_async::binlog::EventType;
 use super::binlog::{self, BinlogConn, BinlogStart, Flavor, Next};
 use super::config::MySqlSourceConfig;
 use super::ddl::TableChange;
-use super::decode::{self, DecodeOptions};
+use super::decode::{DecodeOptions, TableDecoder};
 use super::metrics::MyMetrics;
 use super::schema::Schemas;
 use super::source::{now_ms, send, SchemaHistory};
@@ -92,6 +92,9 @@ pub(super) struct Captured {
     pub schema: Arc<TableSchema>,
     /// Per column: `UNSIGNED` (the binlog encodes integers without their sign).
     pub unsigned: Vec<bool>,
+    /// The columns resolved once per table version: decoding a value allocates nothing
+    /// for its type (ENUM/SET members, charset, precision).
+    pub decoder: TableDecoder,
 }
 
 impl Captured {
@@ -104,10 +107,12 @@ impl Captured {
             )
         })?;
         let unsigned = my.columns.iter().map(|c| c.unsigned()).collect();
+        let decoder = TableDecoder::new(&my);
         Ok(Captured {
             my,
             schema,
             unsigned,
+            decoder,
         })
     }
 }
@@ -591,11 +596,12 @@ impl State<'_> {
             )));
         }
         let opts = &self.opts;
+        let decoders = table.decoder.columns();
         let decode_row = |image: &[Option<BinlogValue<'_>>]| -> Result<Row, SourceError> {
             let mut values = Vec::with_capacity(cols.len());
-            for (c, v) in cols.iter().zip(image) {
+            for ((c, d), v) in cols.iter().zip(decoders).zip(image) {
                 values.push(match v {
-                    Some(v) => decode::binlog_value(c, v, opts),
+                    Some(v) => d.binlog(v, opts),
                     None => {
                         return Err(bad(format!(
                             "column {} is not in the row image (binlog_row_image must be FULL)",
