@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::conn::MySqlEndpoint;
+use super::decode::{DecodeOptions, ZeroDateMode};
 use crate::config::{CommonSourceConfig, DbSection, KeyError, SnapshotMode, SourceSpec};
 use crate::filter::TableFilter;
 use crate::SourceError;
@@ -25,6 +26,11 @@ pub struct MySqlSettings {
     /// stored position past transactions of tables that are not captured. Default 10000.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_interval_ms: u64,
+    /// Zero and invalid dates (`0000-00-00`, `2024-00-10`): `null` (Debezium's: NULL, or
+    /// the epoch in a NOT NULL column) or `raw` (the same stand-in in the record, the
+    /// server's text in a `cdc.unrepresentable.*` header). Default `null`.
+    #[serde(default)]
+    pub zero_dates: Option<String>,
 }
 
 fn default_heartbeat_ms() -> u64 {
@@ -72,6 +78,9 @@ impl DbSection for MySqlSettings {
                 "use at least 100 (ms)".into(),
             ));
         }
+        if let Some(z) = &self.zero_dates {
+            ZeroDateMode::parse(z).map_err(|e| ("source.zero_dates".to_string(), e.to_string()))?;
+        }
         self.server_id
             .get_or_insert_with(|| default_server_id(connector_name));
         Ok(())
@@ -90,6 +99,8 @@ pub struct MySqlSourceConfig {
     pub heartbeat_interval: Duration,
     /// `source.url` said `mariadb://`: records name the `mariadb` connector.
     pub mariadb_url: bool,
+    /// How values are decoded (`source.zero_dates`), by the snapshot and the stream alike.
+    pub decode: DecodeOptions,
     /// The schema history file (`<log.dir>/mysql-schema-history.jsonl`).
     pub schema_history: std::path::PathBuf,
 }
@@ -109,6 +120,14 @@ impl MySqlSourceConfig {
             max_batch_events: common.max_batch_events.max(1),
             heartbeat_interval: Duration::from_millis(my.heartbeat_interval_ms.max(100)),
             mariadb_url: common.url.expose().starts_with("mariadb://"),
+            decode: DecodeOptions {
+                // Checked by `finish`.
+                zero_date: my
+                    .zero_dates
+                    .as_deref()
+                    .and_then(|z| ZeroDateMode::parse(z).ok())
+                    .unwrap_or_default(),
+            },
             schema_history: spec.data_dir.join("mysql-schema-history.jsonl"),
         })
     }

@@ -263,7 +263,7 @@ pub async fn run_snapshot(
     });
     let mut seq = Markers::new(out.clone(), cfg.max_batch_events, Some(progress.clone()));
     seq.shutdown = Some(shutdown.clone());
-    let opts = DecodeOptions::default();
+    let opts = cfg.decode.clone();
     let result = async {
         for t in &tables {
             let c = Captured::new(t.clone())?;

@@ -198,7 +198,7 @@ pub(super) async fn stream(
         durable: ctx.durable.clone(),
         batches: ctx.batches.clone(),
         metrics,
-        opts: DecodeOptions::default(),
+        opts: cfg.decode.clone(),
         file: start.file.as_str().into(),
         next_pos: start.pos,
         gtid_set: match flavor {

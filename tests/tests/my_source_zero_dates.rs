@@ -1,0 +1,139 @@
+//! `source.zero_dates` through the binary: a zero date in the snapshot and in the binlog
+//! is Debezium's stand-in by default (NULL, or the epoch in a NOT NULL column) with no
+//! header, and with `zero_dates = "raw"` the same stand-in plus the server's text in a
+//! `cdc.unrepresentable.after.<column>` header, so nothing is lost.
+
+mod my_source_util;
+
+use std::time::{Duration, Instant};
+
+use cdc_harness::MariaDbServer;
+use cdc_log::{Log, StartAt};
+use my_source_util::*;
+use serde_json::Value as Json;
+
+const T: Duration = Duration::from_secs(60);
+
+/// (value, headers) of every record of `topic`, in offset order per partition.
+fn records_with_headers(c: &Connector) -> Vec<(Json, Vec<(String, String)>)> {
+    let Ok(log) = Log::open_read_only(&c.log_dir()) else {
+        return Vec::new();
+    };
+    if !log.topics().iter().any(|t| *t == c.topic) {
+        return Vec::new();
+    }
+    let parts = log.describe(&c.topic).unwrap().partitions.len() as u32;
+    let mut out = Vec::new();
+    for p in 0..parts {
+        let mut r = log.reader(&c.topic, p, StartAt::Earliest).unwrap();
+        loop {
+            let batch = r.poll(4 << 20).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for rec in batch {
+                let Some(v) = rec.value else { continue };
+                let headers = rec
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        let v = h.value.as_deref().unwrap_or_default();
+                        (h.key.clone(), String::from_utf8_lossy(v).into_owned())
+                    })
+                    .collect();
+                out.push((serde_json::from_slice(&v).unwrap(), headers));
+            }
+        }
+    }
+    out
+}
+
+/// Captures a table with a nullable DATE and a NOT NULL DATETIME holding zero dates, one
+/// row from the snapshot and one from the binlog; returns both records (by id).
+async fn capture(mode: Option<&str>) -> Vec<(Json, Vec<(String, String)>)> {
+    let my = MariaDbServer::shared();
+    let db = my.create_database().await.unwrap();
+    my.execute(&format!(
+        "SET SESSION sql_mode = ''; \
+         CREATE TABLE {db}.acct (id int PRIMARY KEY, d date NULL, dt datetime NOT NULL) ENGINE=InnoDB; \
+         INSERT INTO {db}.acct VALUES (1, '0000-00-00', '0000-00-00 00:00:00')"
+    ))
+    .await
+    .unwrap();
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    if let Some(m) = mode {
+        c.source_key(&format!("zero_dates = \"{m}\""));
+    }
+    c.start();
+    c.wait_streaming(T).await;
+    my.execute(&format!(
+        "SET SESSION sql_mode = ''; \
+         INSERT INTO {db}.acct VALUES (2, '2024-00-10', '0000-00-00 00:00:00')"
+    ))
+    .await
+    .unwrap();
+    let deadline = Instant::now() + T;
+    loop {
+        c.assert_running();
+        let recs = records_with_headers(&c);
+        if recs.len() >= 2 {
+            assert_eq!(c.stop(), Some(0), "{}", c.output());
+            let mut recs = recs;
+            recs.sort_by_key(|(v, _)| v["after"]["id"].as_i64());
+            return recs;
+        }
+        assert!(Instant::now() < deadline, "{}", c.output());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn header<'a>(h: &'a [(String, String)], column: &str) -> Option<&'a str> {
+    let key = format!("cdc.unrepresentable.after.{column}");
+    h.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zero_dates_default_to_debeziums_stand_in_without_a_header() {
+    let recs = capture(None).await;
+    for ((v, h), op) in recs.iter().zip(["r", "c"]) {
+        assert_eq!(v["op"], op, "{v}");
+        assert_eq!(v["after"]["d"], Json::Null, "{v}");
+        assert_eq!(v["after"]["dt"], 0, "{v}");
+        assert!(
+            !h.iter().any(|(k, _)| k.starts_with("cdc.unrepresentable.")),
+            "{h:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn zero_dates_raw_keeps_the_servers_text_in_a_header() {
+    let recs = capture(Some("raw")).await;
+    let [(r, rh), (c, ch)] = &recs[..] else {
+        panic!("{recs:?}")
+    };
+    for v in [r, c] {
+        assert_eq!(v["after"]["d"], Json::Null, "{v}");
+        assert_eq!(v["after"]["dt"], 0, "{v}");
+    }
+    assert_eq!(r["op"], "r");
+    assert_eq!(header(rh, "d"), Some("0000-00-00"), "{rh:?}");
+    assert_eq!(header(rh, "dt"), Some("0000-00-00 00:00:00"), "{rh:?}");
+    assert_eq!(c["op"], "c");
+    assert_eq!(header(ch, "d"), Some("2024-00-10"), "{ch:?}");
+    assert_eq!(header(ch, "dt"), Some("0000-00-00 00:00:00"), "{ch:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_zero_dates_mode_is_a_config_error_naming_the_key() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 0).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.source_key("zero_dates = \"zero\"");
+    c.start();
+    let code = c.wait_exit(T, "a bad zero_dates").await;
+    let out = c.output();
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("source.zero_dates"), "{out}");
+    assert!(out.contains("\"raw\""), "{out}");
+}
