@@ -16,10 +16,10 @@ const T: Duration = Duration::from_secs(60);
 
 /// (value, headers) of every record of `topic`, in offset order per partition.
 fn records_with_headers(c: &Connector) -> Vec<(Json, Vec<(String, String)>)> {
-    let Ok(log) = Log::open_read_only(&c.log_dir()) else {
+    let Ok(log) = Log::open_read_only(c.log_dir()) else {
         return Vec::new();
     };
-    if !log.topics().iter().any(|t| *t == c.topic) {
+    if !log.topics().contains(&c.topic) {
         return Vec::new();
     }
     let parts = log.describe(&c.topic).unwrap().partitions.len() as u32;
