@@ -11,7 +11,16 @@
 //! GTID state the request carries `@slave_connect_state` (the domain → last-applied GTID
 //! map), strict mode off, and an empty file name: the server finds where to start in its
 //! binlogs and sends only event groups after that state. Without one (a server that never
-//! logged a transaction, or MySQL) the request names file and offset.
+//! logged a transaction, or GTIDs off) the request names file and offset.
+//!
+//! # MySQL positioning
+//!
+//! With a GTID set (`@@gtid_mode = ON`: the snapshot read `@@gtid_executed`, the stream
+//! adds each group's GTID at its commit) the request is `COM_BINLOG_DUMP_GTID` with the
+//! set as SIDs ([`mysql_sids`]) and an empty file name: the server sends every
+//! transaction not in the set, whatever the files are called (failover, renumbering). A
+//! set with tagged GTIDs (MySQL 8.3+, `uuid:tag:n`) needs the tagged request format that
+//! `mysql_common` does not write; such a start positions by file and offset instead.
 //!
 //! # Events
 //!
@@ -37,6 +46,7 @@ use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
 use mysql_common::io::ParseBuf;
+use mysql_common::packets::{GnoInterval, Sid};
 
 use super::conn::{MySqlConnectError, MySqlEndpoint};
 use crate::SourceError;
@@ -406,8 +416,24 @@ pub async fn open(
         .await
         .map_err(|e| my_err("preparing the binlog connection", e))?;
     let checksum = checksum.is_some_and(|c| !c.eq_ignore_ascii_case("NONE"));
+    let mysql_gtids = match (flavor, start.gtid_state()) {
+        (Flavor::MySql, Some(set)) => {
+            let sids = mysql_sids(set);
+            if sids.is_none() {
+                tracing::warn!("the stored GTID set has tagged GTIDs, which this connector cannot request by: positioning by binlog file and offset");
+            }
+            sids
+        }
+        _ => None,
+    };
     let by_gtid = flavor == Flavor::MariaDb && start.gtid_state().is_some();
-    let request = if by_gtid {
+    let request = if let Some(sids) = mysql_gtids {
+        BinlogStreamRequest::new(server_id)
+            .with_gtid()
+            .with_filename(b"")
+            .with_pos(4)
+            .with_gtid_set(sids)
+    } else if by_gtid {
         BinlogStreamRequest::new(server_id)
             .with_filename(b"")
             .with_pos(4)
@@ -425,6 +451,38 @@ pub async fn open(
         read_timeout: heartbeat * 3 + Duration::from_secs(2),
         checksum,
     })
+}
+
+/// A MySQL GTID set as the SIDs of `COM_BINLOG_DUMP_GTID`: per source uuid its 16 bytes
+/// and its intervals, half-open (`[start, end)`, so `uuid:1-5` is `(1, 6)`). `None` for a
+/// MariaDB set, an empty one, or one with tagged GTIDs (see the module docs).
+pub fn mysql_sids(set: &GtidSet) -> Option<Vec<Sid<'static>>> {
+    let GtidSet::MySql(m) = set else {
+        return None;
+    };
+    if m.is_empty() || m.keys().any(|(_, tag)| !tag.is_empty()) {
+        return None;
+    }
+    let mut sids = Vec::with_capacity(m.len());
+    for ((uuid, _), intervals) in m {
+        let hex: String = uuid.chars().filter(|c| *c != '-').collect();
+        if hex.len() != 32 {
+            return None;
+        }
+        let mut bytes = [0u8; 16];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+        }
+        sids.push(
+            Sid::new(bytes).with_intervals(
+                intervals
+                    .iter()
+                    .map(|&(a, b)| GnoInterval::new(a, b.saturating_add(1)))
+                    .collect(),
+            ),
+        );
+    }
+    Some(sids)
 }
 
 /// What reading the next event gave.
@@ -532,6 +590,62 @@ mod tests {
         let dup = e("A slave with the same server_uuid/server_id as this slave has connected to the master; the first event '' at 4, the last event read from '' at 4");
         assert!(!is_purged(&dup));
         assert!(my_err("x", dup).to_string().contains("source.server_id"));
+    }
+
+    /// `COM_BINLOG_DUMP_GTID` as the MySQL documentation lays it out: command 0x1e,
+    /// flags u16 (`BINLOG_THROUGH_GTID` when SIDs follow), server_id u32, name length u32, name, pos u64, data length u32, then the
+    /// SIDs: count u64, per SID the uuid's 16 bytes, interval count u64, intervals as
+    /// (start u64, end u64) with `end` exclusive. All little-endian.
+    #[test]
+    fn mysql_gtid_set_as_dump_gtid_request() {
+        use mysql_common::packets::ComBinlogDumpGtid;
+        use mysql_common::proto::MySerialize;
+        let set: GtidSet =
+            "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5:7,00000000-0000-0000-0000-000000000001:3"
+                .parse()
+                .unwrap();
+        let sids = mysql_sids(&set).unwrap();
+        let mut got = Vec::new();
+        ComBinlogDumpGtid::new(9)
+            .with_filename(&b""[..])
+            .with_pos(4)
+            .with_sids(sids)
+            .serialize(&mut got);
+        let mut want = vec![0x1e];
+        // BINLOG_THROUGH_GTID (0x04): the SIDs follow.
+        want.extend_from_slice(&4u16.to_le_bytes());
+        want.extend_from_slice(&9u32.to_le_bytes());
+        want.extend_from_slice(&0u32.to_le_bytes());
+        want.extend_from_slice(&4u64.to_le_bytes());
+        let mut data = 2u64.to_le_bytes().to_vec();
+        // The set's order: uuids sorted as text.
+        let mut one = [0u8; 16];
+        one[15] = 1;
+        data.extend_from_slice(&one);
+        data.extend_from_slice(&1u64.to_le_bytes());
+        data.extend_from_slice(&3u64.to_le_bytes());
+        data.extend_from_slice(&4u64.to_le_bytes());
+        data.extend_from_slice(&[
+            0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42,
+            0x95, 0x62,
+        ]);
+        data.extend_from_slice(&2u64.to_le_bytes());
+        for (a, b) in [(1u64, 6u64), (7, 8)] {
+            data.extend_from_slice(&a.to_le_bytes());
+            data.extend_from_slice(&b.to_le_bytes());
+        }
+        want.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        want.extend_from_slice(&data);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn no_sids_for_mariadb_empty_or_tagged_sets() {
+        assert!(mysql_sids(&"0-1-5".parse().unwrap()).is_none());
+        assert!(mysql_sids(&GtidSet::empty_mysql()).is_none());
+        let mut tagged = GtidSet::empty_mysql();
+        tagged.add_mysql("3e11fa47-71ca-11e1-9e33-c80aa9429562", "blue", 1);
+        assert!(mysql_sids(&tagged).is_none());
     }
 
     #[test]
