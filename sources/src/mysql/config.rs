@@ -31,6 +31,12 @@ pub struct MySqlSettings {
     /// server's text in a `cdc.unrepresentable.*` header). Default `null`.
     #[serde(default)]
     pub zero_dates: Option<String>,
+    /// A DDL statement on a captured table that the source cannot follow: `false` (the
+    /// default) stops with a definite error naming it; `true` logs a warning, counts it in
+    /// `cdc_mysql_ddl_skipped_total` and goes on with the schema unchanged (Debezium's
+    /// `schema.history.internal.skip.unparseable.ddl`).
+    #[serde(default)]
+    pub skip_unparseable_ddl: bool,
 }
 
 fn default_heartbeat_ms() -> u64 {
@@ -101,6 +107,8 @@ pub struct MySqlSourceConfig {
     pub mariadb_url: bool,
     /// How values are decoded (`source.zero_dates`), by the snapshot and the stream alike.
     pub decode: DecodeOptions,
+    /// `source.skip_unparseable_ddl`.
+    pub skip_unparseable_ddl: bool,
     /// The schema history file (`<log.dir>/mysql-schema-history.jsonl`).
     pub schema_history: std::path::PathBuf,
 }
@@ -120,6 +128,7 @@ impl MySqlSourceConfig {
             max_batch_events: common.max_batch_events.max(1),
             heartbeat_interval: Duration::from_millis(my.heartbeat_interval_ms.max(100)),
             mariadb_url: common.url.expose().starts_with("mariadb://"),
+            skip_unparseable_ddl: my.skip_unparseable_ddl,
             decode: DecodeOptions {
                 // Checked by `finish`.
                 zero_date: my

@@ -1,6 +1,7 @@
 //! The MySQL / MariaDB source's figures on the admin `/metrics`: where in the binlog the
 //! stream is (file number and offset), how far behind the server's clock the last event
-//! was, how many binlog events and snapshot rows were read.
+//! was, how many binlog events and snapshot rows were read, how many DDL statements were
+//! skipped.
 //!
 //! Registered once per source run in the [`Metrics`] the pipeline hands the source; the
 //! stream sets them as it reads (plain atomic stores, no locks on the hot path).
@@ -18,6 +19,8 @@ pub struct MyMetrics {
     pub seconds_behind: Gauge,
     pub events_read: Counter,
     pub snapshot_rows: Counter,
+    /// DDL statements on captured tables skipped (`source.skip_unparseable_ddl`).
+    pub ddl_skipped: Counter,
 }
 
 impl MyMetrics {
@@ -37,6 +40,10 @@ impl MyMetrics {
             ),
             events_read: m.counter("cdc_mysql_binlog_events_read", "binlog events read"),
             snapshot_rows: m.counter("cdc_mysql_snapshot_rows", "rows read by snapshots"),
+            ddl_skipped: m.counter(
+                "cdc_mysql_ddl_skipped_total",
+                "DDL statements on captured tables that could not be followed and were skipped (source.skip_unparseable_ddl)",
+            ),
         }
     }
 

@@ -498,12 +498,23 @@ impl State<'_> {
     /// next table map (an unchanged one keeps its schema).
     /// `end`: the offset after the statement's event (its schema history entry's).
     fn ddl(&mut self, db: Option<&str>, sql: &str, end: u64) -> Result<(), SourceError> {
-        let effect = self
-            .schemas
-            .apply_ddl(db, sql, &self.cfg.filter)
-            .map_err(|e| {
-                SourceError::definite("following a DDL statement", e.to_string(), e.fix.clone())
-            })?;
+        let effect = match self.schemas.apply_ddl(db, sql, &self.cfg.filter) {
+            Ok(effect) => effect,
+            Err(e) if self.cfg.skip_unparseable_ddl => {
+                // The schemas stay as they were (apply_ddl changes nothing on error); a
+                // later row event that no longer matches them is a definite error then.
+                tracing::warn!(table = ?e.table.as_ref().map(|t| t.to_string()), statement = %e.statement, reason = %e.reason, "source.skip_unparseable_ddl: a DDL statement this source cannot follow was skipped");
+                self.metrics.ddl_skipped.inc();
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(SourceError::definite(
+                    "following a DDL statement",
+                    e.to_string(),
+                    e.fix.clone(),
+                ))
+            }
+        };
         if effect.schemas_changed {
             // Before the statement's checkpoint can be sent: a resume from it finds this.
             self.history.append(&self.file, end, &self.schemas)?;

@@ -175,6 +175,10 @@ pub(super) fn column_def(
         {
         } else if p.eat_kw("SRID") {
             p.value()?;
+        } else if p.eat_kw("REF_SYSTEM_ID") {
+            // MariaDB's spatial reference id: no effect on the column's values.
+            p.eat_eq();
+            p.value()?;
         } else if p.eat_kw("COMPRESSED") {
             if p.eat_sym("=") {
                 p.value()?;

@@ -110,8 +110,8 @@ impl DdlError {
     }
 }
 
-const FIX_SKIP: &str = "if the captured tables' shapes are known to be unaffected, configure the \
-    source to skip unparseable DDL; otherwise re-snapshot the table";
+const FIX_SKIP: &str = "if the captured tables' shapes are known to be unaffected, set \
+    source.skip_unparseable_ddl = true; otherwise re-snapshot the table";
 
 /// Statements whose first keyword can make DDL on a table or database.
 fn may_be_ddl(sql: &str) -> bool {

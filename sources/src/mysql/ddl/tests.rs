@@ -284,3 +284,16 @@ fn lexing() {
     );
     assert!(lex("'open").is_err());
 }
+
+#[test]
+fn mariadb_spatial_reference_id() {
+    let mut s = schemas(Flavor::MariaDb);
+    s.apply_ddl(
+        Some("d"),
+        "ALTER TABLE t ADD COLUMN p POINT REF_SYSTEM_ID=4326, ADD q GEOMETRY REF_SYSTEM_ID 0",
+        &filter(),
+    )
+    .unwrap();
+    assert_eq!(col(&s, "t", "p").data_type, "point");
+    assert_eq!(col(&s, "t", "q").data_type, "geometry");
+}

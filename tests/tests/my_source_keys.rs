@@ -1,7 +1,11 @@
-//! `source.zero_dates` through the binary: a zero date in the snapshot and in the binlog
-//! is Debezium's stand-in by default (NULL, or the epoch in a NOT NULL column) with no
-//! header, and with `zero_dates = "raw"` the same stand-in plus the server's text in a
-//! `cdc.unrepresentable.after.<column>` header, so nothing is lost.
+//! The MySQL-only `[source]` keys through the binary, each tested so that ignoring it fails:
+//! - `zero_dates`: a zero date in the snapshot and in the binlog is Debezium's stand-in by
+//!   default (NULL, or the epoch in a NOT NULL column) with no header, and with `"raw"` the
+//!   same stand-in plus the server's text in a `cdc.unrepresentable.after.<column>` header,
+//!   so nothing is lost.
+//! - `skip_unparseable_ddl`: a DDL statement on a captured table that the source cannot
+//!   follow stops it with a definite error naming the statement and the key by default;
+//!   with `true` it is skipped, counted, and the stream goes on.
 
 mod my_source_util;
 
@@ -136,4 +140,54 @@ async fn an_unknown_zero_dates_mode_is_a_config_error_naming_the_key() {
     assert_ne!(code, Some(0), "{out}");
     assert!(out.contains("source.zero_dates"), "{out}");
     assert!(out.contains("\"raw\""), "{out}");
+}
+
+/// `ADD SYSTEM VERSIONING` is valid MariaDB that this source cannot follow (it adds the
+/// invisible row_start/row_end columns); `DROP SYSTEM VERSIONING` takes them away again,
+/// so after both the table has its old shape.
+async fn versioning_round_trip(my: &MariaDbServer, db: &str) {
+    my.execute(&format!(
+        "ALTER TABLE {db}.acct ADD SYSTEM VERSIONING; ALTER TABLE {db}.acct DROP SYSTEM VERSIONING; \
+         INSERT INTO {db}.acct VALUES (1, 1, 'after')"
+    ))
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ddl_it_cannot_follow_stops_it_naming_the_statement_and_the_key() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 0).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.start();
+    c.wait_streaming(T).await;
+    versioning_round_trip(my, &db).await;
+    let code = c.wait_exit(T, "an unparseable DDL").await;
+    let out = c.output();
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("ADD SYSTEM VERSIONING"), "{out}");
+    assert!(out.contains("source.skip_unparseable_ddl"), "{out}");
+    assert!(c.records().is_empty(), "nothing after the DDL was written");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn skip_unparseable_ddl_skips_and_counts_it() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 0).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.source_key("skip_unparseable_ddl = true");
+    let admin = c.fixed_admin_port();
+    c.start();
+    c.wait_streaming(T).await;
+    versioning_round_trip(my, &db).await;
+    c.converge(my, &db, T).await;
+    assert_eq!(
+        metric(&admin, "cdc_mysql_ddl_skipped_total"),
+        Some(2.0),
+        "{}",
+        c.output()
+    );
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    let out = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    assert!(out.contains("was skipped"), "{out}");
 }
