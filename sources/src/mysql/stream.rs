@@ -53,7 +53,9 @@ use cdc_schemas::{
     ChangeEvent, Checkpoint, GtidSet, MySqlPosition, Op, Row, SourcePosition, TableId, TableSchema,
     TransactionInfo,
 };
-use mysql_async::binlog::events::{BinlogEventHeader, Event, EventData, RowsEventData};
+use mysql_async::binlog::events::{
+    BinlogEventHeader, Event, EventData, OptionalMetadataField, RowsEventData, TableMapEvent,
+};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::binlog::EventType;
 
@@ -417,6 +419,9 @@ impl State<'_> {
                         if !known {
                             let name = TableId::new(t.database_name(), t.table_name());
                             let c = self.resolve(&name)?;
+                            if let Some(c) = &c {
+                                cross_check(&t, &c.my)?;
+                            }
                             self.maps.insert(id, (name, c));
                         }
                     }
@@ -798,4 +803,48 @@ mod tests {
         ];
         assert_eq!(uuid_text(&sid), "3e11fa47-71ca-11e1-9e33-c80aa9429562");
     }
+}
+
+/// With `binlog_row_metadata = FULL` (MySQL 8.0.1+, MariaDB 10.5+) a table map carries the
+/// column names: they must be the names the schema model holds for the table, else the
+/// model missed a DDL (one run with `sql_log_bin = 0`, or skipped by
+/// `source.skip_unparseable_ddl`) and every record would carry wrong field names. That is
+/// a definite error naming both lists; without the names there is nothing to check.
+fn cross_check(t: &TableMapEvent<'_>, table: &MyTable) -> Result<(), SourceError> {
+    let mut names: Option<Vec<String>> = None;
+    for field in t.iter_optional_meta() {
+        // A field this mysql_common version cannot parse says nothing about names.
+        if let Ok(OptionalMetadataField::ColumnName(n)) = field {
+            names = Some(
+                n.iter_names()
+                    .filter_map(|r| r.ok().map(|c| c.name().into_owned()))
+                    .collect(),
+            );
+        }
+    }
+    let Some(names) = names else {
+        return Ok(());
+    };
+    match column_names_differ(&names, table) {
+        None => Ok(()),
+        Some(detail) => Err(SourceError::definite(
+            format!("table {}.{}", table.database, table.name),
+            format!("the binlog's table map names the columns {names:?}, the schema model {detail}: a DDL on this table did not reach the model (run with sql_log_bin = 0, or skipped)"),
+            "take a new snapshot of the table: stop the connector, remove the log directory (or set snapshot.mode = \"when_needed\" after removing its checkpoint) and start again",
+        )),
+    }
+}
+
+/// `None` when `names` (a table map's, in column order) are the model's columns, else the
+/// model's list as text.
+fn column_names_differ(names: &[String], table: &MyTable) -> Option<String> {
+    let same = names.len() == table.columns.len()
+        && names
+            .iter()
+            .zip(&table.columns)
+            .all(|(a, c)| a.eq_ignore_ascii_case(&c.name));
+    (!same).then(|| {
+        let model: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+        format!("{model:?}")
+    })
 }

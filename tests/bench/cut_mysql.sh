@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# `cdc run` as the shared bench's MariaDB connector under test (../shared/bench, bench/cut.sh
+# and bench/run_all.sh): it streams the bench's 1M-change workload on `bench.orders` from the
+# binlog into an embedded log and exits once every change is durable there.
+#
+#   tests/bench/cut_mysql.sh prime   # CUT_MYSQL_PRE_HOOK: before the workload, store a start
+#                                    # position (a captured marker row), then stop
+#   tests/bench/cut_mysql.sh stream  # CUT_MYSQL_CMD: resume there, stream the workload, exit when
+#                                    # the topic holds BENCH_EXPECTED_EVENTS records
+#
+# One run in the bench, from the repository root, with a release build:
+#
+#   cargo build --release -p cdc-connector --bin cdc
+#   cd ../shared/bench && BENCH_WORK=/tmp/cdc-bench ONLY=mysql \
+#     CUT_MYSQL_PRE_HOOK="$OLDPWD/tests/bench/cut_mysql.sh prime" \
+#     CUT_MYSQL_CMD="$OLDPWD/tests/bench/cut_mysql.sh stream" bench/run_all.sh
+#
+# Repeat a timing without the rest (the workload must be written again: a stored position is
+# consumed by one run): `bench/workload_mysql.sh` with PRE_WORKLOAD_HOOKS set to the prime
+# command, then `CUT_MYSQL_CMD=... bench/cut.sh mysql`.
+#
+# CDC_BIN (default target/release/cdc of this checkout), CUT_DIR (default
+# $BENCH_WORK/cdc-cut-mysql: config, log, connector output). Tombstones are off so that the
+# records are exactly the workload's changes; the JSON envelope and durable flushes as in the
+# default configuration. Uses MYHOST MYPORT MYUSER MYPASS MYDB (set by the bench).
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${CDC_BIN:-$repo/target/release/cdc}
+dir=${CUT_DIR:-${BENCH_WORK:-/tmp/cdc-bench}/cdc-cut-mysql}
+mode=${1:?usage: $0 prime|stream}
+my() { mariadb -h"$MYHOST" -P"$MYPORT" -u"$MYUSER" -p"$MYPASS" -N -B "$MYDB" "$@"; }
+topic="bench.$MYDB.orders"
+marker="bench.$MYDB.cdc_prime"
+
+config() {
+  cat >"$dir/cdc.toml" <<EOF
+name = "bench"
+[source]
+type = "mysql"
+url = "mysql://$MYUSER:$MYPASS@$MYHOST:$MYPORT/$MYDB?sslmode=disable"
+tables = ["$MYDB.orders", "$MYDB.cdc_prime"]
+server_id = 7400
+[format]
+tombstones_on_delete = false
+[snapshot]
+mode = "never"
+[log]
+dir = "$dir/log"
+partitions = 1
+[admin]
+listen = "127.0.0.1:0"
+EOF
+}
+
+high_watermark() {
+  "$bin" log describe "$1" --data-dir "$dir/log" 2>/dev/null |
+    awk 'f && NF >= 6 && $1 ~ /^[0-9]+$/ {s += $3} /^PARTITION/ {f = 1} /^Consumer/ {f = 0} END {print s + 0}'
+}
+
+wait_for() { # topic count pid
+  while [ "$(high_watermark "$1")" -lt "$2" ]; do
+    kill -0 "$3" 2>/dev/null || { echo "cdc exited early; see $dir/connector.log" >&2; exit 1; }
+    sleep 0.1
+  done
+}
+
+case "$mode" in
+  prime)
+    rm -rf "$dir"; mkdir -p "$dir"
+    my -e "CREATE TABLE IF NOT EXISTS cdc_prime (id INT PRIMARY KEY) ENGINE=InnoDB; DELETE FROM cdc_prime"
+    config
+    CDC_LOG_LEVEL=info "$bin" run --config "$dir/cdc.toml" >"$dir/connector.log" 2>&1 &
+    pid=$!
+    until grep -q "binlog stream started" "$dir/connector.log"; do
+      kill -0 "$pid" 2>/dev/null || { cat "$dir/connector.log" >&2; exit 1; }
+      sleep 0.1
+    done
+    my -e "INSERT INTO cdc_prime VALUES (1)"
+    wait_for "$marker" 1 "$pid"
+    kill -TERM "$pid"; wait "$pid"
+    ;;
+  stream)
+    want=${BENCH_EXPECTED_EVENTS:?}
+    CDC_LOG_LEVEL=warn "$bin" run --config "$dir/cdc.toml" >>"$dir/connector.log" 2>&1 &
+    pid=$!
+    trap 'kill -TERM $pid 2>/dev/null || true' EXIT
+    wait_for "$topic" "$want" "$pid"
+    kill -TERM "$pid"; wait "$pid"; trap - EXIT
+    if [ -n "${BENCH_OUT:-}" ]; then
+      bytes=$(du -sb "$dir/log" | cut -f1)
+      printf '{"events":%s,"bytes":%s}\n' "$want" "$bytes" >"$BENCH_OUT/stats.json"
+    fi
+    ;;
+  *) echo "usage: $0 prime|stream" >&2; exit 2 ;;
+esac
