@@ -782,29 +782,6 @@ impl State<'_> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn xa_group_ends() {
-        assert!(ends_xa_group("XA PREPARE X'1234',X'',1"));
-        assert!(ends_xa_group("xa commit 'x'"));
-        assert!(!ends_xa_group("XA START 'x'"));
-        assert!(!ends_xa_group("XA END 'x'"));
-        assert!(!ends_xa_group("COMMIT"));
-    }
-
-    #[test]
-    fn uuids() {
-        let sid = [
-            0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42,
-            0x95, 0x62,
-        ];
-        assert_eq!(uuid_text(&sid), "3e11fa47-71ca-11e1-9e33-c80aa9429562");
-    }
-}
-
 /// With `binlog_row_metadata = FULL` (MySQL 8.0.1+, MariaDB 10.5+) a table map carries the
 /// column names: they must be the names the schema model holds for the table, else the
 /// model missed a DDL (one run with `sql_log_bin = 0`, or skipped by
@@ -847,4 +824,27 @@ fn column_names_differ(names: &[String], table: &MyTable) -> Option<String> {
         let model: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
         format!("{model:?}")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xa_group_ends() {
+        assert!(ends_xa_group("XA PREPARE X'1234',X'',1"));
+        assert!(ends_xa_group("xa commit 'x'"));
+        assert!(!ends_xa_group("XA START 'x'"));
+        assert!(!ends_xa_group("XA END 'x'"));
+        assert!(!ends_xa_group("COMMIT"));
+    }
+
+    #[test]
+    fn uuids() {
+        let sid = [
+            0x3e, 0x11, 0xfa, 0x47, 0x71, 0xca, 0x11, 0xe1, 0x9e, 0x33, 0xc8, 0x0a, 0xa9, 0x42,
+            0x95, 0x62,
+        ];
+        assert_eq!(uuid_text(&sid), "3e11fa47-71ca-11e1-9e33-c80aa9429562");
+    }
 }
