@@ -90,8 +90,6 @@ pub struct MySqlSourceConfig {
     pub heartbeat_interval: Duration,
     /// `source.url` said `mariadb://`: records name the `mariadb` connector.
     pub mariadb_url: bool,
-    /// The schema history file (`<log.dir>/mysql-schema-history.jsonl`).
-    pub schema_history: std::path::PathBuf,
 }
 
 impl MySqlSourceConfig {
@@ -109,7 +107,6 @@ impl MySqlSourceConfig {
             max_batch_events: common.max_batch_events.max(1),
             heartbeat_interval: Duration::from_millis(my.heartbeat_interval_ms.max(100)),
             mariadb_url: common.url.expose().starts_with("mariadb://"),
-            schema_history: spec.data_dir.join("mysql-schema-history.jsonl"),
         })
     }
 }
