@@ -570,6 +570,19 @@ async fn wait_created(c: &mut Connector, id: i64) -> Vec<Rec> {
     }
 }
 
+/// The schema history records of a stopped connector, as JSON, in append order.
+fn history_records(c: &Connector) -> Vec<serde_json::Value> {
+    let dir = c.log_dir().join("history");
+    let store = cdc_connector::history::LogHistoryStore::open_dir(&dir, "t").unwrap();
+    let records = cdc_sources::history::SchemaHistoryStore::load(&store)
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(r).unwrap())
+        .collect();
+    store.log().close().unwrap();
+    records
+}
+
 /// Every file under `dir`, recursively.
 fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
@@ -669,14 +682,7 @@ async fn restarts_in_the_middle_of_a_ddl_history_decode_each_row_with_its_schema
 
     // The history is in <log.dir>/history: the snapshot's schemas, then each DDL once (the
     // restarts read some again), in binlog order; no JSON-lines file anywhere.
-    let dir = c.log_dir().join("history");
-    let store = cdc_connector::history::LogHistoryStore::open_dir(&dir, "t").unwrap();
-    let records: Vec<serde_json::Value> = cdc_sources::history::SchemaHistoryStore::load(&store)
-        .unwrap()
-        .iter()
-        .map(|r| serde_json::from_slice(r).unwrap())
-        .collect();
-    store.log().close().unwrap();
+    let records = history_records(&c);
     let kinds: Vec<&str> = records
         .iter()
         .map(|r| r["kind"].as_str().unwrap())
@@ -706,4 +712,37 @@ async fn restarts_in_the_middle_of_a_ddl_history_decode_each_row_with_its_schema
             .any(|f| f.extension().is_some_and(|e| e == "jsonl")),
         "{files:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_mode_never_records_the_start_and_a_restart_restores_from_it() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 1).await;
+    let (_dir, mut c) = temp_connector(my, &db, "\n[snapshot]\nmode = \"never\"\n");
+    c.start();
+    c.wait_streaming(T).await;
+    my.execute(&format!("INSERT INTO {db}.acct VALUES (50, 0, 'n')"))
+        .await
+        .unwrap();
+    wait_created(&mut c, 50).await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    // Without the start's record, the restart would only have information_schema's
+    // schema (with `a`) for the row before the DDL.
+    my.execute(&format!(
+        "INSERT INTO {db}.acct VALUES (51, 0, 'old');
+         ALTER TABLE {db}.acct ADD COLUMN a int;
+         INSERT INTO {db}.acct VALUES (52, 0, 'new', 5);"
+    ))
+    .await
+    .unwrap();
+    c.start();
+    let recs = wait_created(&mut c, 52).await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    assert!(created(&recs, 51)["after"].get("a").is_none());
+    assert_eq!(created(&recs, 52)["after"]["a"], 5);
+    let kinds: Vec<String> = history_records(&c)
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["snapshot", "ddl"]);
 }
