@@ -1,7 +1,8 @@
 //! The MySQL / MariaDB source end to end, through the shipped CLI (`cdc-e2e run --config
 //! …`) into the embedded log, on real MariaDB servers: snapshot then streamed changes,
 //! restarts of the connector (resume by GTID), several GTID domains, binlog rotation,
-//! MariaDB restarted mid-stream, and a column added mid-stream.
+//! MariaDB restarted mid-stream, a column added mid-stream, and restarts in the middle of
+//! a DDL history (restored from `<log.dir>/history`).
 
 mod my_source_util;
 
