@@ -1,7 +1,8 @@
 //! The MySQL / MariaDB source end to end, through the shipped CLI (`cdc-e2e run --config
 //! …`) into the embedded log, on real MariaDB servers: snapshot then streamed changes,
 //! restarts of the connector (resume by GTID), several GTID domains, binlog rotation,
-//! MariaDB restarted mid-stream, and a column added mid-stream.
+//! MariaDB restarted mid-stream, a column added mid-stream, and restarts in the middle of
+//! a DDL history (restored from `<log.dir>/history`).
 
 mod my_source_util;
 
@@ -543,4 +544,206 @@ async fn sigterm_during_the_snapshot_stops_it_and_the_next_run_takes_it_again() 
     c.converge(my, &db, Duration::from_secs(120)).await;
     check_histories(&c.records()).unwrap();
     assert_eq!(c.stop(), Some(0), "{}", c.output());
+}
+
+/// A column's expected value in a record's `after`.
+type Expect = (&'static str, serde_json::Value);
+
+/// The `c` record of `id` (panics if missing).
+fn created(recs: &[Rec], id: i64) -> serde_json::Value {
+    values(recs)
+        .find(|v| v["op"] == "c" && v["after"]["id"] == id)
+        .unwrap_or_else(|| panic!("no create of id {id}"))
+        .clone()
+}
+
+/// Waits until the log holds the create of `id`.
+async fn wait_created(c: &mut Connector, id: i64) -> Vec<Rec> {
+    let deadline = std::time::Instant::now() + T;
+    loop {
+        c.assert_running();
+        let recs = c.records();
+        if values(&recs).any(|v| v["op"] == "c" && v["after"]["id"] == id) {
+            return recs;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", c.output());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The schema history records of a stopped connector, as JSON, in append order.
+fn history_records(c: &Connector) -> Vec<serde_json::Value> {
+    let dir = c.log_dir().join("history");
+    let store = cdc_connector::history::LogHistoryStore::open_dir(&dir, "t").unwrap();
+    let records = cdc_sources::history::SchemaHistoryStore::load(&store)
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_slice(r).unwrap())
+        .collect();
+    store.log().close().unwrap();
+    records
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn restarts_in_the_middle_of_a_ddl_history_decode_each_row_with_its_schema() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 2).await;
+    // A column changes its type (int to varchar): not a BACKWARD-compatible value schema,
+    // and the registry's check is not what this test is about.
+    let (_dir, mut c) = temp_connector(my, &db, "\n[registry]\ncompatibility = \"NONE\"\n");
+    c.start();
+    c.converge(my, &db, T).await;
+    // Read while running: the first DDLs' history records and the rows after them become
+    // durable; then a crash (no shutdown drain).
+    my.execute(&format!(
+        "ALTER TABLE {db}.acct ADD COLUMN a int;
+         INSERT INTO {db}.acct VALUES (10, 0, 'a', 1);
+         ALTER TABLE {db}.acct RENAME COLUMN a TO a2;
+         INSERT INTO {db}.acct VALUES (11, 0, 'b', 2);"
+    ))
+    .await
+    .unwrap();
+    wait_created(&mut c, 11).await;
+    c.kill();
+    // Made while it is down: each row's columns only exist at its place in the binlog
+    // (information_schema ends with none of them), and a2 changes its type in between.
+    my.execute(&format!(
+        "INSERT INTO {db}.acct VALUES (12, 0, 'c', 3);
+         ALTER TABLE {db}.acct MODIFY a2 varchar(10);
+         INSERT INTO {db}.acct VALUES (13, 0, 'd', 'str');
+         ALTER TABLE {db}.acct DROP COLUMN a2, ADD COLUMN b int;
+         INSERT INTO {db}.acct VALUES (14, 0, 'e', 4);
+         ALTER TABLE {db}.acct DROP COLUMN b;
+         INSERT INTO {db}.acct VALUES (15, 0, 'f');"
+    ))
+    .await
+    .unwrap();
+    c.start();
+    wait_created(&mut c, 15).await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    // A second restart, resumed after the whole chain (snapshot + five DDLs), and a
+    // column name that existed earlier with another type comes back.
+    my.execute(&format!(
+        "INSERT INTO {db}.acct VALUES (16, 0, 'g');
+         ALTER TABLE {db}.acct ADD COLUMN a2 bigint;
+         INSERT INTO {db}.acct VALUES (17, 0, 'h', 99);"
+    ))
+    .await
+    .unwrap();
+    c.start();
+    let recs = wait_created(&mut c, 17).await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+
+    let cols = |v: &serde_json::Value| -> Vec<String> {
+        v["after"].as_object().unwrap().keys().cloned().collect()
+    };
+    let want: [(i64, &[&str], Option<Expect>); 8] = [
+        (10, &["a", "id", "pad", "v"], Some(("a", 1.into()))),
+        (11, &["a2", "id", "pad", "v"], Some(("a2", 2.into()))),
+        (12, &["a2", "id", "pad", "v"], Some(("a2", 3.into()))),
+        (13, &["a2", "id", "pad", "v"], Some(("a2", "str".into()))),
+        (14, &["b", "id", "pad", "v"], Some(("b", 4.into()))),
+        (15, &["id", "pad", "v"], None),
+        (16, &["id", "pad", "v"], None),
+        (17, &["a2", "id", "pad", "v"], Some(("a2", 99.into()))),
+    ];
+    for (id, names, value) in want {
+        let v = created(&recs, id);
+        let mut got = cols(&v);
+        got.sort();
+        assert_eq!(got, names, "id {id}: {v}");
+        if let Some((k, want)) = value {
+            assert_eq!(v["after"][k], want, "id {id}: {v}");
+        }
+    }
+    check_histories(&recs).unwrap();
+    // Both restarts restored from the history; none fell back to information_schema.
+    let out = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    assert_eq!(
+        out.matches("table schemas restored from the schema history")
+            .count(),
+        2,
+        "{out}"
+    );
+    assert!(!out.contains("no schema history"), "{out}");
+
+    // The history is in <log.dir>/history: the snapshot's schemas, then each DDL once (the
+    // restarts read some again), in binlog order; no JSON-lines file anywhere.
+    let records = history_records(&c);
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["snapshot", "ddl", "ddl", "ddl", "ddl", "ddl", "ddl"]
+    );
+    let sql: Vec<&str> = records[1..]
+        .iter()
+        .map(|r| r["sql"].as_str().unwrap())
+        .collect();
+    for (s, want) in sql.iter().zip([
+        "ADD COLUMN a int",
+        "RENAME COLUMN a TO a2",
+        "MODIFY a2 varchar(10)",
+        "DROP COLUMN a2, ADD COLUMN b int",
+        "DROP COLUMN b",
+        "ADD COLUMN a2 bigint",
+    ]) {
+        assert!(s.ends_with(want), "{sql:?}");
+    }
+    let files = files_under(&c.dir);
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.extension().is_some_and(|e| e == "jsonl")),
+        "{files:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_mode_never_records_the_start_and_a_restart_restores_from_it() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 1).await;
+    let (_dir, mut c) = temp_connector(my, &db, "\n[snapshot]\nmode = \"never\"\n");
+    c.start();
+    c.wait_streaming(T).await;
+    my.execute(&format!("INSERT INTO {db}.acct VALUES (50, 0, 'n')"))
+        .await
+        .unwrap();
+    wait_created(&mut c, 50).await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    // Without the start's record, the restart would only have information_schema's
+    // schema (with `a`) for the row before the DDL.
+    my.execute(&format!(
+        "INSERT INTO {db}.acct VALUES (51, 0, 'old');
+         ALTER TABLE {db}.acct ADD COLUMN a int;
+         INSERT INTO {db}.acct VALUES (52, 0, 'new', 5);"
+    ))
+    .await
+    .unwrap();
+    c.start();
+    let recs = wait_created(&mut c, 52).await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    assert!(created(&recs, 51)["after"].get("a").is_none());
+    assert_eq!(created(&recs, 52)["after"]["a"], 5);
+    let kinds: Vec<String> = history_records(&c)
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, ["snapshot", "ddl"]);
 }

@@ -109,8 +109,6 @@ pub struct MySqlSourceConfig {
     pub decode: DecodeOptions,
     /// `source.skip_unparseable_ddl`.
     pub skip_unparseable_ddl: bool,
-    /// The schema history file (`<log.dir>/mysql-schema-history.jsonl`).
-    pub schema_history: std::path::PathBuf,
 }
 
 impl MySqlSourceConfig {
@@ -137,7 +135,6 @@ impl MySqlSourceConfig {
                     .and_then(|z| ZeroDateMode::parse(z).ok())
                     .unwrap_or_default(),
             },
-            schema_history: spec.data_dir.join("mysql-schema-history.jsonl"),
         })
     }
 }

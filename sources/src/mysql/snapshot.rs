@@ -202,6 +202,9 @@ pub async fn current_position(conn: &mut Conn, flavor: Flavor) -> Result<BinlogS
 
 /// Runs a snapshot: sends the `Begin` batch (with [`cdc_schemas::Checkpoint::SnapshotIncomplete`]
 /// when `over_log`), every row, and returns where streaming starts; the caller sends `End`.
+/// `before_begin` gets where streaming starts and the snapshot's schemas once both are
+/// known, before `Begin` is sent (the schema history records them there).
+#[allow(clippy::too_many_arguments)]
 pub async fn run_snapshot(
     cfg: &MySqlSourceConfig,
     flavor: Flavor,
@@ -210,6 +213,7 @@ pub async fn run_snapshot(
     progress: &Arc<SnapshotProgress>,
     metrics: &MyMetrics,
     shutdown: &tokio::sync::watch::Receiver<bool>,
+    before_begin: impl FnOnce(&BinlogStart, &Schemas) -> Result<(), SourceError> + Send,
 ) -> Result<SnapshotDone, SourceError> {
     let started = Instant::now();
     let mut conn = cfg.endpoint.connect().await.map_err(connect_err)?;
@@ -225,6 +229,7 @@ pub async fn run_snapshot(
         p.iter().position(|p| crate::filter::glob(p, &name))
     });
     let ids: Vec<TableId> = tables.iter().map(MyTable::id).collect();
+    before_begin(&start, &schemas)?;
     send(
         out,
         ChangeBatch {

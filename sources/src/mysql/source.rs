@@ -26,15 +26,25 @@
 //! # Table schemas and their history
 //!
 //! A snapshot loads them ([`Schemas::load`]) inside its transaction, so they are the
-//! rows' schemas; the stream then follows the binlog's DDL on them. Each state is kept in
-//! the schema history ([`SchemaHistory`], a JSON-lines file beside the log): the
-//! snapshot's (or, for `never`, the start's) as the base, then one entry per DDL that
-//! changed the schemas, each tagged with the binlog position after the statement. It is
-//! written (and synced) before the DDL's checkpoint can be sent, so a resume from a
-//! durable checkpoint finds the state valid there: the newest entry at or before it.
-//! Without a usable entry (a log written before the history existed, a deleted file) the
-//! stream starts from `information_schema`'s schemas *now*, and says so: a DDL between
-//! the stored position and the restart is then not seen at its place.
+//! rows' schemas; the stream then follows the binlog's DDL on them. Every state is kept in
+//! the schema history ([`SchemaHistory`] over [`SourceContext::history`]: the embedded log
+//! in `<log.dir>/history`, whose topic deletes nothing): a snapshot's schemas at the
+//! position its `End` mark carries, recorded before its `Begin` batch is sent
+//! (`snapshot.mode = never`: the schemas at the start position), then each DDL that changed
+//! them at its group's checkpoint, recorded before any batch at or after it is sent
+//! ([`super::stream`]). So whenever a checkpoint is durable in the log, the history holds
+//! what it takes to restore the schemas valid there; a resume restores them
+//! ([`SchemaHistory::restore`]) and applies the current table filter to them
+//! ([`Schemas::refilter`]: the include list may have changed between runs).
+//!
+//! With no history at or before the stored position (a log written before the history
+//! existed, a history directory moved away), the stream starts from `information_schema`'s
+//! schemas *now*, records them at the stored position, and says so: a DDL between the
+//! stored position and the restart is then not seen at its place. Without a store at all
+//! (`SourceContext::history` is `None`) every resume is such a start.
+//!
+//! The history's calls block on an fsync: they run in [`tokio::task::block_in_place`]
+//! (the pipeline's runtime is multi-threaded), and only at a start and on DDL.
 
 use std::time::Duration;
 
@@ -44,6 +54,7 @@ use tokio::sync::mpsc;
 
 use super::binlog::{connect_err, my_err, BinlogStart, Flavor};
 use super::config::MySqlSourceConfig;
+use super::history::SchemaHistory;
 use super::metrics::MyMetrics;
 use super::schema::{SchemaLoadError, Schemas};
 use super::snapshot::{current_position, run_snapshot};
@@ -108,136 +119,67 @@ pub(super) fn my_position(c: Option<&Checkpoint>) -> Option<MySqlPosition> {
     }
 }
 
-/// One state of the schema history: `schemas` hold for the binlog after `file:pos`.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct HistoryEntry {
-    file: String,
-    pos: u64,
-    schemas: Schemas,
+/// Where the stream starts after a snapshot (or `never`'s start) as the checkpoint of the
+/// snapshot's `End` mark: the position its history record is at.
+fn start_position(s: &BinlogStart) -> MySqlPosition {
+    MySqlPosition {
+        file: s.file.clone(),
+        pos: s.pos,
+        gtid_set: s.gtid_set.clone(),
+        ..Default::default()
+    }
 }
 
-/// The schema history (see the module documentation).
-pub(super) struct SchemaHistory {
-    path: std::path::PathBuf,
+/// The source's schema history over the pipeline's store (`None` without one: resumes
+/// then read `information_schema`, see the module docs).
+fn open_history(
+    ctx: &SourceContext,
+    cfg: &MySqlSourceConfig,
+) -> Result<Option<SchemaHistory>, SourceError> {
+    let Some(store) = ctx.history.clone() else {
+        tracing::warn!("no schema history store: a resume reads table schemas from information_schema as they are then (a DDL made since the stored position is not seen at its place)");
+        return Ok(None);
+    };
+    let h = tokio::task::block_in_place(|| SchemaHistory::open(store, &cfg.filter))?;
+    Ok(Some(h))
 }
 
-fn history_err(path: &std::path::Path, e: std::io::Error) -> SourceError {
-    SourceError::transient(
-        "writing the MySQL schema history",
-        format!(
-            "{}: {e}; free space on that disk or fix its permissions",
-            path.display()
-        ),
-    )
-    .caused_by(e)
+/// Records `schemas` as the state at `position` (a snapshot's or a stream's start) and
+/// returns once that is durable; nothing without a store.
+fn record_start(
+    history: Option<&mut SchemaHistory>,
+    position: &MySqlPosition,
+    schemas: &Schemas,
+) -> Result<(), SourceError> {
+    if let Some(h) = history {
+        tokio::task::block_in_place(|| h.record_snapshot(position, schemas))?;
+    }
+    Ok(())
 }
 
-/// Binlog order of two positions of one server.
-fn position_key(file: &str, pos: u64) -> (u64, String, u64) {
-    (
-        super::metrics::file_number(file).unwrap_or(0),
-        file.to_string(),
-        pos,
-    )
-}
-
-impl SchemaHistory {
-    pub fn new(path: std::path::PathBuf) -> Self {
-        SchemaHistory { path }
-    }
-
-    fn line(file: &str, pos: u64, schemas: &Schemas) -> Vec<u8> {
-        let mut line = serde_json::to_vec(&HistoryEntry {
-            file: file.to_string(),
-            pos,
-            schemas: schemas.clone(),
-        })
-        .expect("schemas serialise");
-        line.push(b'\n');
-        line
-    }
-
-    /// Starts a new history whose base is `schemas` at `file:pos` (a snapshot's start).
-    pub fn reset(&self, file: &str, pos: u64, schemas: &Schemas) -> Result<(), SourceError> {
-        use std::io::Write;
-        let tmp = self.path.with_extension("jsonl.tmp");
-        let write = || -> std::io::Result<()> {
-            if let Some(dir) = self.path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&Self::line(file, pos, schemas))?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &self.path)?;
-            if let Some(dir) = self.path.parent() {
-                std::fs::File::open(dir)?.sync_all()?;
-            }
-            Ok(())
-        };
-        write().map_err(|e| history_err(&self.path, e))
-    }
-
-    /// Records that `schemas` hold after `file:pos` (a DDL's end).
-    pub fn append(&self, file: &str, pos: u64, schemas: &Schemas) -> Result<(), SourceError> {
-        use std::io::Write;
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)?;
-            f.write_all(&Self::line(file, pos, schemas))?;
-            f.sync_data()
-        };
-        write().map_err(|e| history_err(&self.path, e))
-    }
-
-    /// Keeps, when the file outgrew `limit` bytes, only the state at the durable
-    /// `file:pos` and the entries after it (what a resume can still need).
-    pub fn compact(&self, limit: u64, file: &str, pos: u64) -> Result<(), SourceError> {
-        let big = std::fs::metadata(&self.path).is_ok_and(|m| m.len() > limit);
-        if !big {
-            return Ok(());
+/// The schemas valid at the stored position `p`: restored from the history, else (none
+/// at or before `p`, or no store) loaded from `information_schema` now.
+async fn resume_schemas(
+    conn: &mut mysql_async::Conn,
+    cfg: &MySqlSourceConfig,
+    history: Option<&mut SchemaHistory>,
+    p: &MySqlPosition,
+) -> Result<Schemas, SourceError> {
+    let Some(h) = history else {
+        return Schemas::load(conn, &cfg.filter).await.map_err(schema_err);
+    };
+    if let Some(mut restored) = tokio::task::block_in_place(|| h.restore(p))? {
+        let newly = restored.refilter(&cfg.filter);
+        if !newly.is_empty() {
+            let names: Vec<String> = newly.iter().map(ToString::to_string).collect();
+            tracing::warn!(tables = ?names, "the table filter now includes tables it did not when the history was recorded: they are captured from the stored position on, their earlier rows are not in the log (a new snapshot, with an empty log dir, takes them)");
         }
-        let Ok(text) = std::fs::read_to_string(&self.path) else {
-            return Ok(());
-        };
-        let Some(base) = self.at(file, pos) else {
-            return Ok(());
-        };
-        let want = position_key(file, pos);
-        let later: Vec<&str> = text
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<HistoryEntry>(l)
-                    .is_ok_and(|e| position_key(&e.file, e.pos) > want)
-            })
-            .collect();
-        self.reset(file, pos, &base)?;
-        for l in later {
-            let e: HistoryEntry = serde_json::from_str(l).expect("parsed above");
-            self.append(&e.file, e.pos, &e.schemas)?;
-        }
-        tracing::info!(history = %self.path.display(), "schema history compacted");
-        Ok(())
+        return Ok(restored);
     }
-
-    /// The schemas valid at `file:pos`: the newest entry at or before it. A line cut short
-    /// by a crash is ignored (its DDL's checkpoint was not durable either).
-    pub fn at(&self, file: &str, pos: u64) -> Option<Schemas> {
-        let text = std::fs::read_to_string(&self.path).ok()?;
-        let want = position_key(file, pos);
-        let mut best: Option<((u64, String, u64), Schemas)> = None;
-        for line in text.lines() {
-            let Ok(e) = serde_json::from_str::<HistoryEntry>(line) else {
-                continue;
-            };
-            let k = position_key(&e.file, e.pos);
-            if k <= want && best.as_ref().is_none_or(|(b, _)| k >= *b) {
-                best = Some((k, e.schemas));
-            }
-        }
-        best.map(|(_, s)| s)
-    }
+    tracing::warn!(file = %p.file, pos = p.pos, "no schema history at or before the stored position: table schemas are read from information_schema as they are now (a DDL made since the stored position is not seen at its place)");
+    let loaded = Schemas::load(conn, &cfg.filter).await.map_err(schema_err)?;
+    record_start(Some(h), p, &loaded)?;
+    Ok(loaded)
 }
 
 /// A failure to load table schemas as a source error.
@@ -273,28 +215,15 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
     let stored = my_position(ctx.resume_from.as_ref());
     let mode = cfg.snapshot_mode;
     let mut schemas: Option<Schemas> = None;
-    let history = SchemaHistory::new(cfg.schema_history.clone());
     if mode == SnapshotMode::InitialOnly && stored.is_some() {
         tracing::info!("snapshot.mode = initial_only and the snapshot is complete: nothing to do");
         return Ok(());
     }
+    let mut history = open_history(&ctx, &cfg)?;
     let mut start = match &stored {
         Some(p) => {
             tracing::info!(file = %p.file, pos = p.pos, gtid_set = ?p.gtid_set.as_ref().map(|g| g.to_string()), "resuming from the stored position");
-            schemas = history.at(&p.file, p.pos);
-            if let Some(found) = &schemas {
-                // Compacts: entries past the checkpoint are of DDL not durable yet, which
-                // the stream reads (and records) again.
-                history.reset(&p.file, p.pos, found)?;
-            }
-            if schemas.is_none() {
-                tracing::warn!(history = %cfg.schema_history.display(), "no schema history at the stored position: table schemas are read from information_schema as they are now (a DDL made since the stored position is not seen at its place)");
-                let loaded = Schemas::load(&mut conn, &cfg.filter)
-                    .await
-                    .map_err(schema_err)?;
-                history.reset(&p.file, p.pos, &loaded)?;
-                schemas = Some(loaded);
-            }
+            schemas = Some(resume_schemas(&mut conn, &cfg, history.as_mut(), p).await?);
             BinlogStart {
                 file: p.file.clone(),
                 pos: p.pos,
@@ -306,14 +235,24 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
             let loaded = Schemas::load(&mut conn, &cfg.filter)
                 .await
                 .map_err(schema_err)?;
-            history.reset(&s.file, s.pos, &loaded)?;
+            record_start(history.as_mut(), &start_position(&s), &loaded)?;
             schemas = Some(loaded);
             tracing::info!(file = %s.file, pos = s.pos, "snapshot.mode = never: streaming from the server's current position");
             s
         }
         None => {
             let over_log = ctx.resume_from.is_some();
-            match snapshot(&cfg, flavor, over_log, &mut ctx, &metrics, &mut schemas).await? {
+            match snapshot(
+                &cfg,
+                flavor,
+                over_log,
+                &mut ctx,
+                &metrics,
+                &mut history,
+                &mut schemas,
+            )
+            .await?
+            {
                 Some(s) => s,
                 None => return Ok(()),
             }
@@ -329,11 +268,31 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
     let mut schemas = Some(schemas);
     let result = loop {
         let s = schemas.take().unwrap_or_default();
-        match stream(&cfg, flavor, start.clone(), s, &mut ctx, metrics.clone()).await {
+        let streamed = stream(
+            &cfg,
+            flavor,
+            start.clone(),
+            s,
+            &mut ctx,
+            metrics.clone(),
+            history.as_mut(),
+        )
+        .await;
+        match streamed {
             StreamEnd::Stopped => break Ok(()),
             StreamEnd::Purged(e) if mode == SnapshotMode::WhenNeeded => {
                 tracing::warn!(error = %e, "the stored binlog position is gone from the server; snapshot.mode = when_needed: taking a new snapshot");
-                match snapshot(&cfg, flavor, true, &mut ctx, &metrics, &mut schemas).await? {
+                let again = snapshot(
+                    &cfg,
+                    flavor,
+                    true,
+                    &mut ctx,
+                    &metrics,
+                    &mut history,
+                    &mut schemas,
+                )
+                .await?;
+                match again {
                     Some(s) => start = s,
                     None => break Ok(()),
                 }
@@ -365,13 +324,15 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
     result
 }
 
-/// Runs a snapshot and sends its `End`; `None`: `initial_only` is done.
+/// Runs a snapshot and sends its `End`; `None`: `initial_only` is done. Its schemas are
+/// recorded in `history` at the `End` mark's position before its `Begin` batch is sent.
 async fn snapshot(
     cfg: &MySqlSourceConfig,
     flavor: Flavor,
     over_log: bool,
     ctx: &mut SourceContext,
     metrics: &MyMetrics,
+    history: &mut Option<SchemaHistory>,
     schemas: &mut Option<Schemas>,
 ) -> Result<Option<BinlogStart>, SourceError> {
     let done = match run_snapshot(
@@ -382,6 +343,7 @@ async fn snapshot(
         &ctx.progress,
         metrics,
         &ctx.shutdown,
+        |start, loaded| record_start(history.as_mut(), &start_position(start), loaded),
     )
     .await
     {
@@ -392,12 +354,7 @@ async fn snapshot(
         }
         Err(e) => return Err(e),
     };
-    let end = MySqlPosition {
-        file: done.start.file.clone(),
-        pos: done.start.pos,
-        gtid_set: done.start.gtid_set.clone(),
-        ..Default::default()
-    };
+    let end = start_position(&done.start);
     send(
         &ctx.batches,
         ChangeBatch {
@@ -425,76 +382,6 @@ async fn snapshot(
         tracing::info!("snapshot.mode = initial_only: snapshot durable, done");
         return Ok(None);
     }
-    SchemaHistory::new(cfg.schema_history.clone()).reset(
-        &done.start.file,
-        done.start.pos,
-        &done.schemas,
-    )?;
     *schemas = Some(done.schemas);
     Ok(Some(done.start))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::mysql::table::{MyColumn, MyTable};
-
-    fn schemas(cols: usize) -> Schemas {
-        let mut s = Schemas::default();
-        s.insert(MyTable {
-            database: "d".into(),
-            name: "t".into(),
-            columns: (0..cols)
-                .map(|i| MyColumn {
-                    name: format!("c{i}"),
-                    data_type: "int".into(),
-                    column_type: "int(11)".into(),
-                    charset: None,
-                    nullable: true,
-                    default: None,
-                    generated: false,
-                })
-                .collect(),
-            key: vec![],
-        });
-        s
-    }
-
-    fn cols(s: &Schemas) -> usize {
-        s.get("d", "t").unwrap().columns.len()
-    }
-
-    #[test]
-    fn history_gives_the_state_at_a_position() {
-        let dir = std::env::temp_dir().join(format!("cdc-myhist-{}", std::process::id()));
-        let h = SchemaHistory::new(dir.join("h.jsonl"));
-        assert!(h.at("binlog.000001", 100).is_none());
-        h.reset("binlog.000001", 100, &schemas(1)).unwrap();
-        h.append("binlog.000001", 500, &schemas(2)).unwrap();
-        h.append("binlog.000010", 4, &schemas(3)).unwrap();
-        // A line cut short by a crash.
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(dir.join("h.jsonl"))
-            .and_then(|mut f| std::io::Write::write_all(&mut f, b"{\"file\":\"binl"))
-            .unwrap();
-        assert!(h.at("binlog.000001", 99).is_none());
-        assert_eq!(cols(&h.at("binlog.000001", 100).unwrap()), 1);
-        assert_eq!(cols(&h.at("binlog.000001", 499).unwrap()), 1);
-        assert_eq!(cols(&h.at("binlog.000001", 500).unwrap()), 2);
-        // binlog.000009 < binlog.000010 by number.
-        assert_eq!(cols(&h.at("binlog.000009", 9_999).unwrap()), 2);
-        assert_eq!(cols(&h.at("binlog.000010", 4).unwrap()), 3);
-        // Compacted up to a durable 000001:600: its state and what follows stay.
-        h.compact(0, "binlog.000001", 600).unwrap();
-        assert!(h.at("binlog.000001", 500).is_none());
-        assert_eq!(cols(&h.at("binlog.000001", 600).unwrap()), 2);
-        assert_eq!(cols(&h.at("binlog.000010", 4).unwrap()), 3);
-        let lines = std::fs::read_to_string(dir.join("h.jsonl")).unwrap();
-        assert_eq!(lines.lines().count(), 2, "{lines}");
-        // A new snapshot starts a new history.
-        h.reset("binlog.000011", 4, &schemas(1)).unwrap();
-        assert!(h.at("binlog.000010", 4).is_none());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

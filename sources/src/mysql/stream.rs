@@ -29,8 +29,11 @@
 //!
 //! Every query event outside a transaction's row events goes through
 //! [`Schemas::apply_ddl`], which follows DDL on captured tables at its place in the
-//! binlog, and each state it produces is appended to the schema history (see
-//! [`super::source`]) before the statement's checkpoint can be sent. A table it changed
+//! binlog. A statement that changed the schemas is recorded in the schema history
+//! ([`SchemaHistory::record_ddl`]: its default database and SQL at its group's checkpoint,
+//! GTID included) and durable there before any batch at or after it is sent, so a resume
+//! from any durable checkpoint restores the schemas of its place (see
+//! [`super::history`]). A table it changed
 //! gets a new [`Captured`] (a new `Arc<TableSchema>`, which the
 //! pipeline registers as a new schema version) at its next table map; a change that
 //! leaves the table as it was keeps the old schema. A DDL the model cannot follow is a
@@ -63,14 +66,12 @@ use super::binlog::{self, BinlogConn, BinlogStart, Flavor, Next};
 use super::config::MySqlSourceConfig;
 use super::ddl::TableChange;
 use super::decode::{DecodeOptions, TableDecoder};
+use super::history::SchemaHistory;
 use super::metrics::MyMetrics;
 use super::schema::Schemas;
-use super::source::{now_ms, send, SchemaHistory};
+use super::source::{now_ms, send};
 use super::table::MyTable;
 use crate::{ChangeBatch, SourceContext, SourceError};
-
-/// The schema history is compacted once it is larger than this.
-const HISTORY_LIMIT: u64 = 16 << 20;
 
 /// How a stream ended.
 #[derive(Debug)]
@@ -144,9 +145,8 @@ struct Tx {
 struct State<'a> {
     cfg: &'a MySqlSourceConfig,
     schemas: Schemas,
-    history: SchemaHistory,
-    /// How far the log is durable (the schema history is compacted up to it).
-    durable: crate::Durable,
+    /// Where each DDL that changed `schemas` is recorded (None: no store).
+    history: Option<&'a mut SchemaHistory>,
     batches: tokio::sync::mpsc::Sender<ChangeBatch>,
     metrics: MyMetrics,
     opts: DecodeOptions,
@@ -171,7 +171,8 @@ struct State<'a> {
     seen_fde: bool,
 }
 
-/// Streams from `start` until shutdown or an error.
+/// Streams from `start` until shutdown or an error; `schemas` are the ones valid at
+/// `start`, `history` records the DDL that follows.
 pub(super) async fn stream(
     cfg: &MySqlSourceConfig,
     flavor: Flavor,
@@ -179,6 +180,7 @@ pub(super) async fn stream(
     schemas: Schemas,
     ctx: &mut SourceContext,
     metrics: MyMetrics,
+    history: Option<&mut SchemaHistory>,
 ) -> StreamEnd {
     let mut conn = match binlog::open(
         &cfg.endpoint,
@@ -196,8 +198,7 @@ pub(super) async fn stream(
     let mut st = State {
         cfg,
         schemas,
-        history: SchemaHistory::new(cfg.schema_history.clone()),
-        durable: ctx.durable.clone(),
+        history,
         batches: ctx.batches.clone(),
         metrics,
         opts: cfg.decode.clone(),
@@ -501,7 +502,7 @@ impl State<'_> {
 
     /// Follows a statement on the schema model; a changed table gets a new schema at its
     /// next table map (an unchanged one keeps its schema).
-    /// `end`: the offset after the statement's event (its schema history entry's).
+    /// `end`: the offset after the statement's event.
     fn ddl(&mut self, db: Option<&str>, sql: &str, end: u64) -> Result<(), SourceError> {
         let effect = match self.schemas.apply_ddl(db, sql, &self.cfg.filter) {
             Ok(effect) => effect,
@@ -521,13 +522,11 @@ impl State<'_> {
             }
         };
         if effect.schemas_changed {
-            // Before the statement's checkpoint can be sent: a resume from it finds this.
-            self.history.append(&self.file, end, &self.schemas)?;
-            if let Some((f, p)) = self.durable.position_with(|p| match p {
-                SourcePosition::Mysql(m) => Some((m.file.clone(), m.pos)),
-                _ => None,
-            }) {
-                self.history.compact(HISTORY_LIMIT, &f, p)?;
+            let position = self.ddl_position(end);
+            if let Some(h) = self.history.as_deref_mut() {
+                // Durable before this group's commit (or anything after it) is sent: a
+                // resume from a checkpoint at or after the DDL finds it.
+                tokio::task::block_in_place(|| h.record_ddl(&position, db, sql))?;
             }
         }
         if !effect.changes.is_empty() {
@@ -560,6 +559,33 @@ impl State<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The checkpoint of the open group whose statement ends at `end`, as [`Self::commit`]
+    /// will send it (a standalone DDL's group ends there): the GTID state includes the
+    /// group's own GTID. A statement inside a longer group gets its own offset, which
+    /// orders it before the group's commit by file and equal to it by GTID state.
+    fn ddl_position(&self, end: u64) -> MySqlPosition {
+        let tx = self.tx.as_ref();
+        let mut gtid_set = self.gtid_set.clone();
+        if let (Some(set), Some(g)) = (gtid_set.as_mut(), tx.and_then(|t| t.maria)) {
+            set.add_mariadb(g);
+        }
+        if let (Some(set), Some((u, n))) =
+            (gtid_set.as_mut(), tx.and_then(|t| t.mysql_gtid.as_ref()))
+        {
+            set.add_mysql(u, "", *n);
+        }
+        MySqlPosition {
+            file: self.file.to_string(),
+            pos: end,
+            row: 0,
+            event: 0,
+            gtid: tx.and_then(|t| t.gtid.as_deref()).map(str::to_string),
+            gtid_set,
+            server_id: tx.map_or(0, |t| t.server_id),
+            thread: None,
+        }
     }
 
     /// Decodes one rows event into the open transaction. `Ok(false)`: the pipeline stopped.
@@ -601,7 +627,7 @@ impl State<'_> {
             SourceError::definite(
                 format!("decoding a change of {}", table.schema.id),
                 what,
-                "check that binlog_row_image = FULL; if the table was altered while the schema history (<log.dir>/mysql-schema-history.jsonl) was missing, start over with an empty log dir (a new snapshot); otherwise report this with the table's definition",
+                "check that binlog_row_image = FULL; if the table was altered while the schema history (<log.dir>/history) was missing or while the connector ran without one, start over with an empty log dir (a new snapshot); otherwise report this with the table's definition",
             )
         };
         if r.num_columns() as usize != cols.len() {
