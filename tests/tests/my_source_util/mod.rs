@@ -28,6 +28,16 @@ pub struct Connector {
 /// A connector (not started) capturing `db.acct` of `my`, in a new temporary directory
 /// (keep the `TempDir`); `extra` is appended to the config.
 pub fn temp_connector(my: &MariaDbServer, db: &str, extra: &str) -> (tempfile::TempDir, Connector) {
+    temp_connector_tables(my, db, &["acct"], extra)
+}
+
+/// As [`temp_connector`], capturing `db.<t>` for each of `tables`; `topic` is the first's.
+pub fn temp_connector_tables(
+    my: &MariaDbServer,
+    db: &str,
+    tables: &[&str],
+    extra: &str,
+) -> (tempfile::TempDir, Connector) {
     let dir = tempfile::tempdir().unwrap();
     let server_id =
         4_000_000 + std::process::id() % 100_000 * 10 + SERVER_IDS.fetch_add(1, Ordering::Relaxed);
@@ -35,8 +45,10 @@ pub fn temp_connector(my: &MariaDbServer, db: &str, extra: &str) -> (tempfile::T
         "{}?sslmode=disable",
         my.url("cdc", passwords::MARIADB_CDC, db)
     );
+    let list: Vec<String> = tables.iter().map(|t| format!("\"{db}.{t}\"")).collect();
     let text = format!(
-        "name = \"t\"\n\n[source]\ntype = \"mysql\"\nurl = \"{url}\"\ntables = [\"{db}.acct\"]\nserver_id = {server_id}\nheartbeat_interval_ms = 500\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[admin]\nlisten = \"127.0.0.1:0\"\n{extra}\n",
+        "name = \"t\"\n\n[source]\ntype = \"mysql\"\nurl = \"{url}\"\ntables = [{}]\nserver_id = {server_id}\nheartbeat_interval_ms = 500\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[admin]\nlisten = \"127.0.0.1:0\"\n{extra}\n",
+        list.join(", "),
         dir.path().join("log").display()
     );
     let config = dir.path().join("cdc.toml");
@@ -45,7 +57,7 @@ pub fn temp_connector(my: &MariaDbServer, db: &str, extra: &str) -> (tempfile::T
         dir: dir.path().to_path_buf(),
         config,
         child: None,
-        topic: format!("t.{db}.acct"),
+        topic: format!("t.{db}.{}", tables[0]),
     };
     (dir, c)
 }
@@ -252,9 +264,14 @@ pub fn rebuild(recs: &[Rec]) -> BTreeMap<String, Json> {
 
 /// `db.acct` as `{"id":…}` key text → `{id, v, pad}`.
 pub async fn table_rows(my: &MariaDbServer, db: &str) -> BTreeMap<String, Json> {
+    table_rows_of(my, db, "acct").await
+}
+
+/// As [`table_rows`], of `db.<table>` (a table of `acct`'s columns).
+pub async fn table_rows_of(my: &MariaDbServer, db: &str, table: &str) -> BTreeMap<String, Json> {
     let mut c = my.root_conn().await.unwrap();
     let rows: Vec<(i32, i64, Option<String>)> = c
-        .query(format!("SELECT id, v, pad FROM {db}.acct"))
+        .query(format!("SELECT id, v, pad FROM {db}.{table}"))
         .await
         .unwrap();
     let _ = c.disconnect().await;
@@ -328,9 +345,10 @@ pub fn check_histories(recs: &[Rec]) -> Result<usize, String> {
     Ok(n)
 }
 
-struct Rng(u64);
+/// xorshift64: a small seeded generator, so a failing run can be replayed from its seed.
+pub struct Rng(pub u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
