@@ -1,7 +1,8 @@
 //! The binlog retention watch in `cdc run`, through the binary on a real MariaDB: the
 //! `cdc_mysql_binlog_*` gauges on `/metrics` while streaming, how they follow the durable
-//! position across `FLUSH BINARY LOGS` at `source.binlog_check_interval_ms`, and a bad
-//! interval named as a config error. (A position purged while stopped, found by the start
+//! position across `FLUSH BINARY LOGS` at `source.binlog_check_interval_ms`, a failing
+//! check (a missing grant) that is logged and never stops the stream, and a bad interval
+//! named as a config error. (A position purged while stopped, found by the start
 //! check: `my_source_purged.rs`.)
 
 mod my_source_util;
@@ -152,4 +153,57 @@ async fn a_too_short_check_interval_is_a_config_error_naming_the_key() {
     let out = c.output();
     assert_ne!(code, Some(0), "{out}");
     assert!(out.contains("source.binlog_check_interval_ms"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_check_is_logged_and_never_stops_the_stream() {
+    // A server of its own: a user without BINLOG MONITOR (the stream needs only
+    // REPLICATION SLAVE; the retention check needs BINLOG MONITOR on MariaDB).
+    let my = MariaDbServer::start(MariaDbOptions::default()).unwrap();
+    let db = setup_acct(&my, 3).await;
+    my.execute(
+        "SET sql_log_bin = 0;
+         CREATE USER 'nomon'@'%' IDENTIFIED BY 'nomon-pw';
+         CREATE USER 'nomon'@'127.0.0.1' IDENTIFIED BY 'nomon-pw';
+         GRANT REPLICATION SLAVE, SELECT, RELOAD, SHOW DATABASES ON *.* TO 'nomon'@'%';
+         GRANT REPLICATION SLAVE, SELECT, RELOAD, SHOW DATABASES ON *.* TO 'nomon'@'127.0.0.1';
+         SET sql_log_bin = 1;",
+    )
+    .await
+    .unwrap();
+    let (_dir, mut c) = temp_connector(&my, &db, "");
+    let text = std::fs::read_to_string(&c.config).unwrap();
+    let cdc_url = my.url("cdc", cdc_harness::passwords::MARIADB_CDC, &db);
+    assert!(text.contains(&cdc_url));
+    std::fs::write(
+        &c.config,
+        text.replace(&cdc_url, &my.url("nomon", "nomon-pw", &db)),
+    )
+    .unwrap();
+    c.source_key("binlog_check_interval_ms = 200");
+    let addr = c.fixed_admin_port();
+    c.start();
+    c.converge(&my, &db, T).await;
+    // The checks keep failing (every 200 ms, then backing off) while the stream goes on.
+    for i in 0..3 {
+        my.execute(&format!("UPDATE {db}.acct SET v = v + 1 WHERE id = 1; INSERT INTO {db}.acct VALUES ({}, 0, 'n')", 10 + i))
+            .await
+            .unwrap();
+        c.converge(&my, &db, T).await;
+    }
+    let log = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    assert!(
+        log.contains("binlog retention check failed")
+            && log.contains("GRANT BINLOG MONITOR ON *.* TO 'nomon'@"),
+        "{}",
+        c.output()
+    );
+    assert!(
+        log.contains("the binlog retention check on start failed"),
+        "{}",
+        c.output()
+    );
+    // Never a successful check: the gauges were never set.
+    assert_eq!(gauges(&addr).files_retained, Some(0.0));
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
 }

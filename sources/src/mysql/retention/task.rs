@@ -227,3 +227,26 @@ impl Watcher {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_back_off_to_eight_intervals() {
+        let mut w = Watcher {
+            endpoint: MySqlEndpoint::from_url("mysql://u@h/d", None).unwrap(),
+            interval: Duration::from_secs(60),
+            watch: RetentionWatch::new(&Metrics::default()),
+            conn: None,
+            failures: 0,
+        };
+        let waits: Vec<u64> = (0..7)
+            .map(|f| {
+                w.failures = f;
+                w.delay().as_secs()
+            })
+            .collect();
+        assert_eq!(waits, [60, 60, 120, 240, 480, 480, 480]);
+    }
+}
