@@ -273,6 +273,7 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
         cfg.binlog_check_interval,
         &ctx.metrics,
         ctx.durable.clone(),
+        ctx.shutdown.clone(),
     );
     let mut schemas = Some(schemas);
     let result = loop {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use cdc_schemas::metrics::Metrics;
 use cdc_schemas::{MySqlPosition, SourcePosition};
 use mysql_async::Conn;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -60,6 +60,7 @@ impl RetentionTask {
         interval: Duration,
         metrics: &Metrics,
         durable: Durable,
+        shutdown: watch::Receiver<bool>,
     ) -> RetentionTask {
         let (tx, rx) = mpsc::channel(1);
         let watcher = Watcher {
@@ -71,7 +72,7 @@ impl RetentionTask {
         };
         let handle = tokio::spawn(
             watcher
-                .run(durable, rx)
+                .run(durable, rx, shutdown)
                 .instrument(tracing::info_span!("mysql_binlog_retention")),
         );
         RetentionTask {
@@ -134,7 +135,28 @@ struct Watcher {
 }
 
 impl Watcher {
-    async fn run(mut self, durable: Durable, mut requests: mpsc::Receiver<StartCheck>) {
+    /// Runs until stopped or shutdown, whichever comes first: a check in flight (up to
+    /// [`CHECK_TIMEOUT`] on a hung server) must not hold the connector's shutdown, and a
+    /// start check abandoned so answers "not purged" (the stream then sees the shutdown).
+    async fn run(
+        self,
+        durable: Durable,
+        requests: mpsc::Receiver<StartCheck>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        let shut = async {
+            if shutdown.wait_for(|s| *s).await.is_err() {
+                // The connector dropped its shutdown switch: only stop() ends the watch.
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = shut => {}
+            _ = self.check_loop(durable, requests) => {}
+        }
+    }
+
+    async fn check_loop(mut self, durable: Durable, mut requests: mpsc::Receiver<StartCheck>) {
         // The position the stream opened at: watched until a MySQL position is durable
         // (and after a new snapshot's start, until its end is).
         let mut floor: Option<MySqlPosition> = None;
