@@ -1,7 +1,7 @@
 //! A stored binlog position the server no longer has (the binlog files were purged while
-//! the connector was stopped): a definite error that names what was lost and the fix, and
-//! with `snapshot.mode = "when_needed"` a new snapshot that brings the log back to the
-//! table.
+//! the connector was stopped): found by the retention check on start, before any binlog
+//! dump, a definite error that names what was lost and the fix, and with
+//! `snapshot.mode = "when_needed"` a new snapshot that brings the log back to the table.
 
 mod my_source_util;
 
@@ -41,6 +41,17 @@ async fn purged_binlog_is_a_definite_error_then_when_needed_snapshots_again() {
     c.start();
     c.converge(&my, &db, Duration::from_secs(60)).await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
+    // The file holding the stored position: the current one (nothing was written since).
+    let stored_file: String = my
+        .root_conn()
+        .await
+        .unwrap()
+        .query_first::<mysql_async::Row, _>("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .unwrap()
+        .get(0)
+        .unwrap();
 
     // Changes the connector has not read, then their binlog is gone.
     my.execute(&format!(
@@ -53,6 +64,8 @@ async fn purged_binlog_is_a_definite_error_then_when_needed_snapshots_again() {
         .await
         .unwrap();
 
+    let log = c.dir.join("connector.log");
+    let before = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
     c.start();
     let code = c
         .wait_exit(
@@ -62,16 +75,36 @@ async fn purged_binlog_is_a_definite_error_then_when_needed_snapshots_again() {
         .await;
     let out = c.output();
     assert_eq!(code, Some(1), "{out}");
-    for needle in ["1236", "purged", "when_needed"] {
+    // The start-up retention check finds it before any binlog dump is opened (so not
+    // as the dump's error 1236), and names what was lost and the fix.
+    let run = std::fs::read_to_string(&log).unwrap()[before..].to_string();
+    for needle in [
+        "checking the stored binlog position",
+        "was purged by the server",
+        stored_file.as_str(),
+        "GTIDs domain 0",
+        "when_needed",
+    ] {
         assert!(
-            out.contains(needle),
+            run.contains(needle),
             "the error does not mention {needle:?}\n{out}"
         );
     }
+    assert!(!run.contains("binlog stream started"), "{out}");
+    assert!(!run.contains("1236"), "{out}");
 
     c.append_config("\n[snapshot]\nmode = \"when_needed\"\n");
+    let before = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
     c.start();
     c.converge(&my, &db, Duration::from_secs(60)).await;
+    // The start-up check, not a failed dump, led to the new snapshot.
+    let run = std::fs::read_to_string(&log).unwrap()[before..].to_string();
+    let first_stream = run.find("binlog stream started").expect("streaming");
+    let resnapshot = run
+        .find("checking the stored binlog position")
+        .expect("the start-up check's verdict");
+    assert!(resnapshot < first_stream, "{run}");
+    assert!(!run.contains("1236"), "{run}");
     let recs = c.records();
     let reads = recs
         .iter()

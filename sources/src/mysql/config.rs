@@ -37,10 +37,18 @@ pub struct MySqlSettings {
     /// `schema.history.internal.skip.unparseable.ddl`).
     #[serde(default)]
     pub skip_unparseable_ddl: bool,
+    /// How often the binlog retention watch compares the durable position with the
+    /// oldest binlog the server still has (`cdc_mysql_binlog_*` on `/metrics`, an alarm
+    /// when the margin is low); it also checks once on start. Default 60000.
+    #[serde(default = "default_binlog_check_ms")]
+    pub binlog_check_interval_ms: u64,
 }
 
 fn default_heartbeat_ms() -> u64 {
     10_000
+}
+fn default_binlog_check_ms() -> u64 {
+    60_000
 }
 
 impl MySqlSettings {
@@ -84,6 +92,12 @@ impl DbSection for MySqlSettings {
                 "use at least 100 (ms)".into(),
             ));
         }
+        if self.binlog_check_interval_ms < 100 {
+            return Err((
+                "source.binlog_check_interval_ms".into(),
+                "use at least 100 (ms)".into(),
+            ));
+        }
         if let Some(z) = &self.zero_dates {
             ZeroDateMode::parse(z).map_err(|e| ("source.zero_dates".to_string(), e.to_string()))?;
         }
@@ -103,6 +117,8 @@ pub struct MySqlSourceConfig {
     pub snapshot_mode: SnapshotMode,
     pub max_batch_events: usize,
     pub heartbeat_interval: Duration,
+    /// How often the binlog retention watch checks (`source.binlog_check_interval_ms`).
+    pub binlog_check_interval: Duration,
     /// `source.url` said `mariadb://`: records name the `mariadb` connector.
     pub mariadb_url: bool,
     /// How values are decoded (`source.zero_dates`), by the snapshot and the stream alike.
@@ -125,6 +141,7 @@ impl MySqlSourceConfig {
             snapshot_mode: spec.snapshot.snapshot_mode(),
             max_batch_events: common.max_batch_events.max(1),
             heartbeat_interval: Duration::from_millis(my.heartbeat_interval_ms.max(100)),
+            binlog_check_interval: Duration::from_millis(my.binlog_check_interval_ms.max(100)),
             mariadb_url: common.url.expose().starts_with("mariadb://"),
             skip_unparseable_ddl: my.skip_unparseable_ddl,
             decode: DecodeOptions {

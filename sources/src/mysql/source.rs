@@ -22,6 +22,8 @@
 //! A MySQL replica has no slot: the server keeps binlogs by its own retention, whatever
 //! the connector has read. The durable handle is only waited on at shutdown (bounded),
 //! so that what was sent has a chance to become durable before the source returns.
+//! [`RetentionTask`] watches that risk instead: before each stream opens, and then every
+//! `source.binlog_check_interval_ms` against the durable position.
 //!
 //! # Table schemas and their history
 //!
@@ -56,6 +58,7 @@ use super::binlog::{connect_err, my_err, BinlogStart, Flavor};
 use super::config::MySqlSourceConfig;
 use super::history::SchemaHistory;
 use super::metrics::MyMetrics;
+use super::retention::RetentionTask;
 use super::schema::{SchemaLoadError, Schemas};
 use super::snapshot::{current_position, run_snapshot};
 use super::stream::{stream, StreamEnd};
@@ -265,19 +268,32 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
             .map_err(schema_err)?,
     };
     let _ = conn.disconnect().await;
+    let retention = RetentionTask::spawn(
+        cfg.endpoint.clone(),
+        cfg.binlog_check_interval,
+        &ctx.metrics,
+        ctx.durable.clone(),
+        ctx.shutdown.clone(),
+    );
     let mut schemas = Some(schemas);
     let result = loop {
         let s = schemas.take().unwrap_or_default();
-        let streamed = stream(
-            &cfg,
-            flavor,
-            start.clone(),
-            s,
-            &mut ctx,
-            metrics.clone(),
-            history.as_mut(),
-        )
-        .await;
+        // A purged start is found by the retention check before any dump is opened.
+        let streamed = match retention.check_start(&start).await {
+            Some(purged) => StreamEnd::Purged(purged),
+            None => {
+                stream(
+                    &cfg,
+                    flavor,
+                    start.clone(),
+                    s,
+                    &mut ctx,
+                    metrics.clone(),
+                    history.as_mut(),
+                )
+                .await
+            }
+        };
         match streamed {
             StreamEnd::Stopped => break Ok(()),
             StreamEnd::Purged(e) if mode == SnapshotMode::WhenNeeded => {
@@ -300,6 +316,7 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
             StreamEnd::Purged(e) | StreamEnd::Failed(e) => break Err(e),
         }
     };
+    retention.stop().await;
     // Let the pipeline drain what we sent (bounded; briefly after an error: what is not
     // durable is read again by the next attempt from the log's checkpoint).
     let SourceContext {

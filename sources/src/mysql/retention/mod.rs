@@ -38,16 +38,20 @@
 //!
 //! Layout: this module holds what the server has ([`ServerBinlogs`] and its parts) and
 //! [`RetentionError`]; `inspect` reads them, `margin` places a position against them,
-//! `watch` holds [`RetentionWatch`] and its gauges.
+//! `watch` holds [`RetentionWatch`] and its gauges, `task` holds [`RetentionTask`], the
+//! watch as the source runs it (on start, then every `source.binlog_check_interval_ms`
+//! against the durable position).
 
 mod inspect;
 mod margin;
+mod task;
 #[cfg(test)]
 mod tests;
 mod watch;
 
 pub use inspect::{file_created_at, inspect};
 pub use margin::{margin, Expiry, Margin, PurgedDetail};
+pub use task::RetentionTask;
 pub use watch::{RetentionMetrics, RetentionWatch};
 
 use std::collections::BTreeMap;
