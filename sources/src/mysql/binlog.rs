@@ -346,7 +346,7 @@ pub fn my_err(what: &str, e: mysql_async::Error) -> SourceError {
                 "the server cannot send the binlog from the stored position: {} (error 1236). The binlog files holding changes since the position were purged (or the server's binlog was reset); those changes are lost to this connector",
                 s.message
             ),
-            "set snapshot.mode = \"when_needed\" to take a new snapshot (records are then re-read as op r), or start over with an empty log dir; to prevent it, keep binlogs longer (binlog_expire_logs_seconds) than the connector may be stopped",
+            PURGED_FIX,
         )
         .caused_by(e),
         E::Server(s) if matches!(s.code, 1045 | 1227 | 1142 | 1044) => SourceError::definite(
@@ -376,6 +376,10 @@ fn same_replica_id(message: &str) -> bool {
     let m = message.to_ascii_lowercase();
     m.contains("same server_uuid") || m.contains("same server_id") || m.contains("same server id")
 }
+
+/// The fix of a stored position the server no longer has (the dump's error 1236, the
+/// retention watch's start-up check).
+pub const PURGED_FIX: &str = "set snapshot.mode = \"when_needed\" to take a new snapshot (records are then re-read as op r), or start over with an empty log dir; to prevent it, keep binlogs longer (binlog_expire_logs_seconds) than the connector may be stopped";
 
 /// A failed connection attempt as a source error: an unreachable server is transient
 /// (the supervisor retries), bad credentials or TLS settings are definite.

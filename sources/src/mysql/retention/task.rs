@@ -11,6 +11,7 @@
 //! later check retries (a missing grant included: the stream itself does not need it).
 //! Only the start check's verdict "purged" reaches the source, as a definite error.
 
+use crate::mysql::binlog::PURGED_FIX;
 use std::time::Duration;
 
 use cdc_schemas::metrics::Metrics;
@@ -33,9 +34,6 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// After failures, the next check waits the interval times 2, 4, then 8 (at most).
 const MAX_BACKOFF_SHIFT: u32 = 3;
-
-/// The fix of a purged position, as the dump's error 1236 says it.
-const PURGED_FIX: &str = "set snapshot.mode = \"when_needed\" to take a new snapshot (records are then re-read as op r), or start over with an empty log dir; to prevent it, keep binlogs longer (binlog_expire_logs_seconds) than the connector may be stopped";
 
 /// The running watch of one source run; stopped by [`RetentionTask::stop`] (or aborted
 /// when dropped, e.g. when the run returns early with an error).
