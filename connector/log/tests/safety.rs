@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cdc_log::{CleanupPolicy, Log, LogError, LogOptions, NewRecord, ResetPolicy, TopicConfig};
-use common::{copy_dir, open, read_all, rec, small_topic};
+use common::{copy_dir, hundred_records, open, read_all, rec, small_topic};
 
 // ---- a tracing subscriber that keeps the events (no extra dependency) ----
 
@@ -269,19 +269,28 @@ fn two_flushes(dir: &Path) {
     log.close().unwrap();
 }
 
+/// [`two_flushes`] into `dir`, then one bit flipped `at` bytes into the newest (or the
+/// older) ledger slot; the ledger's bytes as written and the damaged slot's index.
+fn damage_ledger_slot(dir: &Path, newest: bool, at: usize) -> (Vec<u8>, usize) {
+    two_flushes(dir);
+    let path = dir.join("ledger");
+    let mut buf = fs::read(&path).unwrap();
+    let (_, slots) = ledger_slots(&buf);
+    let first_is_newest = slots[0].1 > slots[1].1;
+    let slot = if first_is_newest == newest { 0 } else { 1 };
+    buf[slots[slot].0 + at] ^= 0x01;
+    fs::write(&path, &buf).unwrap();
+    (buf, slot)
+}
+
 #[test]
 fn damaged_newest_ledger_slot_is_a_loud_event_with_the_truth() {
     let dir = tempfile::tempdir().unwrap();
-    two_flushes(dir.path());
-    let path = dir.path().join("ledger");
-    let mut buf = fs::read(&path).unwrap();
-    let (_, slots) = ledger_slots(&buf);
-    let newest = if slots[0].1 > slots[1].1 { 0 } else { 1 };
     // One flipped bit in the body (the 'o' of the checkpoint "second": sequence 8 bytes,
     // length 4, checkpoint flag 1 and length 4, then the bytes): the checksum fails, the
     // bytes still parse.
-    buf[slots[newest].0 + 12 + 5 + 3] ^= 0x01;
-    fs::write(&path, &buf).unwrap();
+    let (buf, newest) = damage_ledger_slot(dir.path(), true, 12 + 5 + 3);
+    let path = dir.path().join("ledger");
 
     // A read-only open (`cdc log` beside a live writer, whose in-place slot write it may
     // race) uses the older slot quietly and changes nothing.
@@ -353,13 +362,7 @@ fn damaged_newest_ledger_slot_is_a_loud_event_with_the_truth() {
 #[test]
 fn damaged_older_ledger_slot_is_not_a_fallback() {
     let dir = tempfile::tempdir().unwrap();
-    two_flushes(dir.path());
-    let path = dir.path().join("ledger");
-    let mut buf = fs::read(&path).unwrap();
-    let (_, slots) = ledger_slots(&buf);
-    let older = if slots[0].1 > slots[1].1 { 1 } else { 0 };
-    buf[slots[older].0 + 12 + 5] ^= 0x01;
-    fs::write(&path, &buf).unwrap();
+    damage_ledger_slot(dir.path(), false, 12 + 5);
     let (log, events) = capture(|| open(dir.path()));
     assert_eq!(log.checkpoint().as_deref(), Some(&b"second"[..]));
     assert_eq!(read_all(&log, "t", 0).len(), 65);
@@ -630,21 +633,7 @@ fn drop_without_close_stops_the_pass_and_keeps_the_lock_until_then() {
 #[test]
 fn latest_reset_policy_starts_at_the_end() {
     let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let t = log
-        .create_topic(
-            "t",
-            TopicConfig {
-                retention_bytes: Some(2048),
-                ..small_topic(1)
-            },
-        )
-        .unwrap();
-    for i in 0..100u32 {
-        t.append(0, &[rec(&i.to_be_bytes(), &[7u8; 100], i as i64)])
-            .unwrap();
-    }
-    log.flush(None).unwrap();
+    let (log, t) = hundred_records(dir.path());
 
     // A group with no committed offset starts at the high watermark and is registered
     // there.
