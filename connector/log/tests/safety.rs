@@ -507,6 +507,19 @@ fn check_after_interruption(dir: &Path, n: u32, full: &[(u64, Vec<u8>)]) {
     );
 }
 
+/// After a while (300 ms, for a stray writer to show), the files under `dir` are still
+/// `before` (else fails with `what`) and partition `pdir` holds no `.cleaned` file.
+fn unchanged_after(
+    dir: &Path,
+    pdir: &Path,
+    before: &BTreeMap<PathBuf, (u64, u64, i64, i64)>,
+    what: &str,
+) {
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(*before, snapshot(dir), "{what}");
+    no_cleaned_files(pdir);
+}
+
 fn no_cleaned_files(pdir: &Path) {
     for e in fs::read_dir(pdir).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().to_string();
@@ -536,13 +549,12 @@ fn close_in_the_middle_of_a_compaction_called_on_another_thread() {
         matches!(result, Err(LogError::Closed(_))),
         "the pass was not stopped: {result:?}"
     );
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        at_close,
-        snapshot(dir.path()),
-        "files written after close returned"
+    unchanged_after(
+        dir.path(),
+        &pdir,
+        &at_close,
+        "files written after close returned",
     );
-    no_cleaned_files(&pdir);
     // The old handle refuses writes; the directory is free although it is alive.
     assert!(matches!(log.compact("t"), Err(LogError::Closed(_))));
     assert!(matches!(
@@ -571,13 +583,12 @@ fn close_in_the_middle_of_a_maintenance_thread_compaction() {
     wait_for_first_swap(&pdir, &before);
     log.close().unwrap();
     let at_close = snapshot(dir.path());
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        at_close,
-        snapshot(dir.path()),
-        "files written after close returned"
+    unchanged_after(
+        dir.path(),
+        &pdir,
+        &at_close,
+        "files written after close returned",
     );
-    no_cleaned_files(&pdir);
     // Reopened while the closed handle is still alive.
     check_after_interruption(dir.path(), LONG, &full);
     drop(log);
@@ -616,9 +627,7 @@ fn drop_without_close_stops_the_pass_and_keeps_the_lock_until_then() {
         }
     };
     let at_open = snapshot(dir.path());
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(at_open, snapshot(dir.path()), "a dropped log still writes");
-    no_cleaned_files(&pdir);
+    unchanged_after(dir.path(), &pdir, &at_open, "a dropped log still writes");
     // The pass stopped when the last handle went, it did not run to its end.
     assert!(
         read_all(&reopened, "t", 0).len() > full.len(),
