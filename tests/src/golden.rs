@@ -8,6 +8,9 @@
 //! order per topic), what counts as a difference (a missing or extra field, a value, the
 //! order of keys and of struct-schema fields), and that every rule must match at least once
 //! so that a list of rules cannot go stale.
+//!
+//! [`read_log`] (every record of a topic with partition and offset) also serves the
+//! pg_source_* tests (`pg_source_util::read_topic`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -57,38 +60,67 @@ pub fn golden(text: &str, skipped: &[&str]) -> BTreeMap<String, Vec<Record>> {
     m
 }
 
-/// Every durable record of `topic` in our log at `log_dir` (the golden configs write one
-/// partition), in offset order, with headers; none while the log or topic does not exist.
-pub fn read_topic(log_dir: &Path, topic: &str) -> Vec<Record> {
+/// One record read back from an embedded log: partition, offset, key and value as JSON
+/// (value `None` = tombstone), headers as (key, value as UTF-8 text, lossy) in order.
+#[derive(Clone, Debug)]
+pub struct LogRecord {
+    pub partition: u32,
+    pub offset: u64,
+    pub key: Option<Json>,
+    pub value: Option<Json>,
+    pub headers: Vec<(String, String)>,
+}
+
+/// Every durable record of `topic` in the log at `log_dir`, per partition in offset order;
+/// none while the log or topic does not exist.
+pub fn read_log(log_dir: &Path, topic: &str) -> Vec<LogRecord> {
     let Ok(log) = Log::open_read_only(log_dir) else {
         return Vec::new();
     };
     if !log.topics().iter().any(|t| t == topic) {
         return Vec::new();
     }
+    let parts = log.describe(topic).unwrap().partitions.len() as u32;
     let mut out = Vec::new();
-    let mut r = log.reader(topic, 0, StartAt::Earliest).unwrap();
-    loop {
-        let batch = r.poll(4 << 20).unwrap();
-        if batch.is_empty() {
-            break;
-        }
-        for rec in batch {
-            out.push(Record {
-                key: rec.key.map(|k| serde_json::from_slice(&k).unwrap()),
-                value: rec.value.map(|v| serde_json::from_slice(&v).unwrap()),
-                headers: rec
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        let v = h.value.as_deref().unwrap_or_default();
-                        (h.key.clone(), String::from_utf8_lossy(v).into_owned())
-                    })
-                    .collect(),
-            });
+    for p in 0..parts {
+        let mut r = log.reader(topic, p, StartAt::Earliest).unwrap();
+        loop {
+            let batch = r.poll(4 << 20).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for rec in batch {
+                out.push(LogRecord {
+                    partition: p,
+                    offset: rec.offset,
+                    key: rec.key.map(|k| serde_json::from_slice(&k).unwrap()),
+                    value: rec.value.map(|v| serde_json::from_slice(&v).unwrap()),
+                    headers: rec
+                        .headers
+                        .iter()
+                        .map(|h| {
+                            let v = h.value.as_deref().unwrap_or_default();
+                            (h.key.clone(), String::from_utf8_lossy(v).into_owned())
+                        })
+                        .collect(),
+                });
+            }
         }
     }
     out
+}
+
+/// Our records of `topic` in the log at `log_dir` (the golden configs write one partition),
+/// in offset order, as [`Record`]s.
+pub fn read_topic(log_dir: &Path, topic: &str) -> Vec<Record> {
+    read_log(log_dir, topic)
+        .into_iter()
+        .map(|r| Record {
+            key: r.key,
+            value: r.value,
+            headers: r.headers,
+        })
+        .collect()
 }
 
 /// Our `cdc.unrepresentable.*` headers as (topic, op, row id, header key, header value),
