@@ -17,6 +17,8 @@
 //!   is the servers' parent and can wait for them.
 
 #[cfg(feature = "e2e")]
+pub mod golden;
+#[cfg(feature = "e2e")]
 mod http;
 mod mariadb;
 mod pg;

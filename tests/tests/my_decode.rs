@@ -471,24 +471,29 @@ async fn every_type_same_value_from_select_and_binlog() {
     }
 }
 
-/// Row 1 through the encoder (MariaDB, JSON with schemas): each field's Connect schema
-/// and value as Debezium 3.6's MySQL/MariaDB connector writes them.
-fn encode_as_debezium(table: &MyTable, row: &[Value]) {
+/// A MariaDB JSON encoder for `table` (`schemas_enable` as given) and `row` as a create
+/// event of it.
+fn json_encoder(table: &MyTable, row: &[Value], schemas_enable: bool) -> (Encoder, ChangeEvent) {
     let schema = table.schema().unwrap();
     let cfg = EncoderConfig::new(
         SourceInfo::new(ConnectorKind::MariaDb, "srv", ""),
-        RecordFormat::Json {
-            schemas_enable: true,
-        },
+        RecordFormat::Json { schemas_enable },
     );
     let enc = Encoder::new(&cfg, &schema).unwrap();
     let ev = ChangeEvent::create(
-        schema.clone(),
+        schema,
         Row::new(row.to_vec()),
         SourcePosition::Mysql(MySqlPosition::default()),
         0,
     )
     .unwrap();
+    (enc, ev)
+}
+
+/// Row 1 through the encoder (MariaDB, JSON with schemas): each field's Connect schema
+/// and value as Debezium 3.6's MySQL/MariaDB connector writes them.
+fn encode_as_debezium(table: &MyTable, row: &[Value]) {
+    let (enc, ev) = json_encoder(table, row, true);
     let mut out = Vec::new();
     enc.encode_value_at(&ev, 0, &mut out).unwrap();
     let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -603,21 +608,7 @@ fn encode_as_debezium(table: &MyTable, row: &[Value]) {
 /// Debezium writes (null; the epoch in the NOT NULL column) and its server text travels
 /// in a `cdc.unrepresentable.after.<column>` header.
 fn encode_raw_zero_dates(table: &MyTable, row: &[Value]) {
-    let schema = table.schema().unwrap();
-    let cfg = EncoderConfig::new(
-        SourceInfo::new(ConnectorKind::MariaDb, "srv", ""),
-        RecordFormat::Json {
-            schemas_enable: false,
-        },
-    );
-    let enc = Encoder::new(&cfg, &schema).unwrap();
-    let ev = ChangeEvent::create(
-        schema.clone(),
-        Row::new(row.to_vec()),
-        SourcePosition::Mysql(MySqlPosition::default()),
-        0,
-    )
-    .unwrap();
+    let (enc, ev) = json_encoder(table, row, false);
     let rec = enc.records(&ev, 0).unwrap().remove(0);
     let j: serde_json::Value = serde_json::from_slice(rec.value.as_ref().unwrap()).unwrap();
     let after = &j["after"];

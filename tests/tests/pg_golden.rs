@@ -31,6 +31,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use cdc_harness::golden::{
+    golden, hidden_headers, on_columns, read_topic, Comparison, Pair, Record, Rule,
+};
 use cdc_harness::{passwords, PgServer};
 use pg_source_util::*;
 use serde_json::{json, Value as Json};
@@ -96,26 +99,6 @@ const CAPTURES: &[Capture] = &[
                  time_precision_mode = \"connect\"\n",
     },
 ];
-
-/// One record: key and value as JSON (`None`: no key / tombstone), and (ours only: the
-/// captures hold no headers) its headers.
-#[derive(Clone, Debug, PartialEq)]
-struct R {
-    key: Option<Json>,
-    value: Option<Json>,
-    headers: Vec<(String, String)>,
-}
-
-/// A record of each side in a topic, normalised in place by the rules.
-struct Pair<'a> {
-    want: &'a mut R,
-    got: &'a mut R,
-}
-
-/// A rule: a name (what it is and why) and a normaliser that makes our record equal to
-/// Debezium's where, and only where, the difference is exactly that one; true when it
-/// changed something.
-type Rule = (&'static str, fn(&mut Pair) -> bool);
 
 /// Values Debezium does not carry faithfully; schemas/FORMATS.md lists each.
 const DEVIATIONS: &[Rule] = &[
@@ -195,25 +178,6 @@ fn statements(sql: &str) -> Vec<String> {
     out
 }
 
-/// The golden records of one capture: topic → records in order.
-fn golden(text: &str) -> BTreeMap<String, Vec<R>> {
-    let mut m: BTreeMap<String, Vec<R>> = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let r: Json = serde_json::from_str(line).unwrap();
-        let topic = r["destination"].as_str().unwrap().to_string();
-        if topic == TX_TOPIC {
-            continue;
-        }
-        let opt = |v: &Json| (!v.is_null()).then(|| v.clone());
-        m.entry(topic).or_default().push(R {
-            key: opt(&r["key"]),
-            value: opt(&r["value"]),
-            headers: Vec::new(),
-        });
-    }
-    m
-}
-
 fn write_config(pg: &PgServer, db: &str, dir: &Path, cap: &Capture, slot: &str) -> Connector {
     let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, db));
     let tables = toml_list(cap.tables);
@@ -228,150 +192,6 @@ fn write_config(pg: &PgServer, db: &str, dir: &Path, cap: &Capture, slot: &str) 
     Connector::with_config(dir, &text)
 }
 
-// ---- comparison --------------------------------------------------------------------
-
-/// Every difference between `want` (Debezium) and `got` (ours) under `path`.
-fn diff(path: &str, want: &Json, got: &Json, out: &mut Vec<String>) {
-    match (want, got) {
-        (Json::Object(a), Json::Object(b)) => {
-            for (k, va) in a {
-                let p = format!("{path}.{k}");
-                match b.get(k) {
-                    Some(vb) => diff(&p, va, vb, out),
-                    None => out.push(format!("{p}: missing in ours (Debezium {va})")),
-                }
-            }
-            for (k, vb) in b {
-                if !a.contains_key(k) {
-                    out.push(format!("{path}.{k}: only in ours ({vb})"));
-                }
-            }
-            let (ka, kb): (Vec<_>, Vec<_>) = (a.keys().collect(), b.keys().collect());
-            if ka != kb && a.len() == b.len() {
-                out.push(format!("{path}: key order {ka:?}, ours {kb:?}"));
-            }
-        }
-        // A struct schema's fields: by name, then their order.
-        (Json::Array(a), Json::Array(b)) if a.iter().chain(b).all(|f| f.get("field").is_some()) => {
-            let name = |f: &Json| f["field"].as_str().unwrap_or_default().to_string();
-            for fa in a {
-                match b.iter().find(|fb| name(fb) == name(fa)) {
-                    Some(fb) => diff(&format!("{path}[{}]", name(fa)), fa, fb, out),
-                    None => out.push(format!("{path}[{}]: missing in ours", name(fa))),
-                }
-            }
-            for fb in b {
-                if !a.iter().any(|fa| name(fa) == name(fb)) {
-                    out.push(format!("{path}[{}]: only in ours", name(fb)));
-                }
-            }
-            let na: Vec<_> = a.iter().map(name).collect();
-            let nb: Vec<_> = b.iter().map(name).collect();
-            if na != nb && a.len() == b.len() {
-                out.push(format!("{path}: field order {na:?}, ours {nb:?}"));
-            }
-        }
-        (Json::Array(a), Json::Array(b)) if a.len() == b.len() => {
-            for (i, (va, vb)) in a.iter().zip(b).enumerate() {
-                diff(&format!("{path}[{i}]"), va, vb, out);
-            }
-        }
-        _ if want == got => {}
-        _ => out.push(format!("{path}: Debezium {want}, ours {got}")),
-    }
-}
-
-fn volatile(v: &mut Json) {
-    for p in VOLATILE {
-        if let Some(x) = v.pointer_mut(&format!("/{}", p.replace('.', "/"))) {
-            if !x.is_null() {
-                *x = json!("<volatile>");
-            }
-        }
-    }
-}
-
-/// The fields of a struct schema field `name` of a Connect struct schema.
-fn field_mut<'a>(schema: &'a mut Json, name: &str) -> Option<&'a mut Json> {
-    schema
-        .get_mut("fields")?
-        .as_array_mut()?
-        .iter_mut()
-        .find(|f| f["field"] == name)
-}
-
-fn field<'a>(schema: &'a Json, name: &str) -> Option<&'a Json> {
-    schema
-        .get("fields")?
-        .as_array()?
-        .iter()
-        .find(|f| f["field"] == name)
-}
-
-/// Applies `value` to every column of the `before` / `after` rows (op, row name, column,
-/// Debezium's value, ours; `None` = the field is absent) and `schema` to every column's schema
-/// field; where one says the difference is the deviation, ours becomes Debezium's (or is
-/// removed when Debezium has no such field). True when anything changed.
-fn on_columns(
-    p: &mut Pair,
-    value: impl Fn(&str, &str, &str, Option<&Json>, Option<&Json>) -> bool,
-    schema: impl Fn(&str, Option<&Json>, Option<&Json>) -> bool,
-) -> bool {
-    let (Some(w), Some(g)) = (p.want.value.as_ref(), p.got.value.as_mut()) else {
-        return false;
-    };
-    let op = w["payload"]["op"].as_str().unwrap_or_default().to_string();
-    let mut changed = false;
-    for row in ["before", "after"] {
-        let rows = (
-            w["payload"].get(row).and_then(Json::as_object),
-            g.get_mut("payload")
-                .and_then(|p| p.get_mut(row))
-                .and_then(Json::as_object_mut),
-        );
-        if let (Some(wr), Some(gr)) = rows {
-            let cols: Vec<String> = wr.keys().chain(gr.keys()).cloned().collect();
-            for c in cols {
-                let (wv, gv) = (wr.get(&c), gr.get(&c));
-                if wv != gv && value(&op, row, &c, wv, gv) {
-                    match wv {
-                        Some(v) => gr.insert(c, v.clone()),
-                        None => gr.remove(&c),
-                    };
-                    changed = true;
-                }
-            }
-        }
-        let (Some(ws), Some(gs)) = (field(&w["schema"], row), field_mut(&mut g["schema"], row))
-        else {
-            continue;
-        };
-        let names: Vec<String> = ws["fields"]
-            .as_array()
-            .into_iter()
-            .chain(gs["fields"].as_array())
-            .flatten()
-            .filter_map(|f| f["field"].as_str().map(String::from))
-            .collect();
-        for c in names {
-            let (wf, gf) = (field(ws, &c).cloned(), field(gs, &c).cloned());
-            if wf != gf && schema(&c, wf.as_ref(), gf.as_ref()) {
-                let fields = gs["fields"].as_array_mut().unwrap();
-                let at = fields.iter().position(|f| f["field"] == c.as_str());
-                match (wf, at) {
-                    (Some(wf), Some(i)) => fields[i] = wf,
-                    (None, Some(i)) => {
-                        fields.remove(i);
-                    }
-                    _ => continue,
-                }
-                changed = true;
-            }
-        }
-    }
-    changed
-}
-
 fn composite_column(p: &mut Pair) -> bool {
     let is_json_text = |v: &Json| {
         v.is_null()
@@ -381,7 +201,7 @@ fn composite_column(p: &mut Pair) -> bool {
     };
     on_columns(
         p,
-        |_, _, c, w, g| c == "c_pair" && w.is_none() && g.is_some_and(is_json_text),
+        |_, _, c, _, w, g| c == "c_pair" && w.is_none() && g.is_some_and(is_json_text),
         |c, w, g| {
             c == "c_pair" && w.is_none() && g.is_some_and(|g| g["name"] == "io.debezium.data.Json")
         },
@@ -393,7 +213,7 @@ fn timestamp_beyond_range(p: &mut Pair) -> bool {
     let headers = p.got.headers.clone();
     on_columns(
         p,
-        |_, row, c, w, g| {
+        |_, row, c, _, w, g| {
             c == "c_ts"
                 && w.is_some_and(|w| !w.is_null())
                 && g == Some(&Json::Null)
@@ -411,7 +231,7 @@ fn money_as_text(p: &mut Pair) -> bool {
     let digits = |s: &str| -> String { s.chars().filter(|c| *c != '$' && *c != ',').collect() };
     on_columns(
         p,
-        |_, _, c, w, g| {
+        |_, _, c, _, w, g| {
             let (true, Some(w), Some(g)) = (c == "c_money", w, g.and_then(Json::as_str)) else {
                 return false;
             };
@@ -442,7 +262,7 @@ fn numeric_special_tokens(p: &mut Pair) -> bool {
     ];
     on_columns(
         p,
-        |_, _, _, w, g| {
+        |_, _, _, _, w, g| {
             tokens
                 .iter()
                 .any(|(d, o)| w == Some(&json!(d)) && g == Some(&json!(o)))
@@ -460,7 +280,9 @@ fn infinity_sentinels(p: &mut Pair) -> bool {
     ];
     on_columns(
         p,
-        |_, _, _, w, g| w.is_some_and(Json::is_number) && g.is_some_and(|g| sentinels.contains(g)),
+        |_, _, _, _, w, g| {
+            w.is_some_and(Json::is_number) && g.is_some_and(|g| sentinels.contains(g))
+        },
         |_, _, _| false,
     )
 }
@@ -468,7 +290,7 @@ fn infinity_sentinels(p: &mut Pair) -> bool {
 fn delete_before_made_up_value(p: &mut Pair) -> bool {
     on_columns(
         p,
-        |op, row, _, w, g| {
+        |op, row, _, _, w, g| {
             op == "d" && row == "before" && w == Some(&json!(0)) && g == Some(&Json::Null)
         },
         |_, _, _| false,
@@ -530,21 +352,14 @@ async fn run_changes(pg: &PgServer, db: &str) {
 
 /// Waits until every topic of `want` has at least as many records in `c`'s log, stops the
 /// connector and returns the records (one partition per topic).
-async fn drain(c: &mut Connector, want: &BTreeMap<String, Vec<R>>) -> BTreeMap<String, Vec<R>> {
+async fn drain(
+    c: &mut Connector,
+    want: &BTreeMap<String, Vec<Record>>,
+) -> BTreeMap<String, Vec<Record>> {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let read = |c: &Connector| -> BTreeMap<String, Vec<R>> {
+    let read = |c: &Connector| -> BTreeMap<String, Vec<Record>> {
         want.keys()
-            .map(|t| {
-                let recs = read_topic(&c.log_dir(), t)
-                    .into_iter()
-                    .map(|r| R {
-                        key: r.key,
-                        value: r.value,
-                        headers: r.headers,
-                    })
-                    .collect();
-                (t.clone(), recs)
-            })
+            .map(|t| (t.clone(), read_topic(&c.log_dir(), t)))
             .collect()
     };
     loop {
@@ -608,104 +423,29 @@ async fn json_envelope_equals_debezium() {
         c.start();
     }
 
-    // difference → indexes of the records (in their topic) that show it
-    let mut failures: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    let mut hits: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut cmp = Comparison::new(VOLATILE);
     for (cap, c) in CAPTURES.iter().zip(&mut conns) {
-        let want = golden(cap.golden);
+        let want = golden(cap.golden, &[TX_TOPIC]);
         let mut got = drain(c, &want).await;
         if cap.name == "default" {
-            check_hidden_headers(&got, &mut failures);
+            check_hidden_headers(&got, &mut cmp);
         }
         for (topic, w) in &want {
             let g = got.get_mut(topic).unwrap();
-            if g.len() != w.len() {
-                failures.insert(
-                    format!(
-                        "[{}] {topic}: Debezium {} records, ours {}",
-                        cap.name,
-                        w.len(),
-                        g.len()
-                    ),
-                    vec![],
-                );
-            }
-            for (i, (wr, gr)) in w.iter().zip(g.iter_mut()).enumerate() {
-                let mut wr = wr.clone();
-                for v in [&mut wr.value, &mut gr.value].into_iter().flatten() {
-                    volatile(&mut v["payload"]);
-                }
-                let mut pair = Pair {
-                    want: &mut wr,
-                    got: gr,
-                };
-                for (name, rule) in DEVIATIONS.iter() {
-                    if rule(&mut pair) {
-                        *hits.entry(name).or_default() += 1;
-                    }
-                }
-                let mut out = Vec::new();
-                for (what, a, b) in [("key", &wr.key, &gr.key), ("value", &wr.value, &gr.value)] {
-                    match (a, b) {
-                        (Some(a), Some(b)) => diff(what, a, b, &mut out),
-                        (None, None) => {}
-                        (a, b) => out.push(format!(
-                            "{what}: Debezium {}, ours {}",
-                            a.as_ref().map_or("null".into(), |j| j.to_string()),
-                            b.as_ref().map_or("null".into(), |j| j.to_string())
-                        )),
-                    }
-                }
-                for o in out {
-                    failures
-                        .entry(format!("[{}] {topic}: {o}", cap.name))
-                        .or_default()
-                        .push(i);
-                }
-            }
+            cmp.topic(cap.name, topic, w, g, DEVIATIONS);
         }
     }
     for s in &slots {
         let c = pg.superuser_client("postgres").await.unwrap();
         let _ = c.execute("SELECT pg_drop_replication_slot($1)", &[s]).await;
     }
-    for (name, _) in DEVIATIONS.iter() {
-        if !hits.contains_key(name) {
-            failures.insert(
-                format!("rule never matched (stale? remove it): {name}"),
-                vec![],
-            );
-        }
-    }
-    eprintln!(
-        "golden test: {:?}; rules applied: {hits:#?}",
-        started.elapsed()
-    );
-    let report: Vec<String> = failures
-        .iter()
-        .map(|(f, recs)| {
-            let mut f: String = f.chars().take(600).collect();
-            if !recs.is_empty() {
-                f.push_str(&format!("  (records {recs:?})"));
-            }
-            f
-        })
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} differences from Debezium:\n{}",
-        failures.len(),
-        report.join("\n")
-    );
+    cmp.finish(DEVIATIONS.iter().map(|(n, _)| *n), started);
 }
 
 /// With default settings, every value Debezium cannot carry (it writes null or its
 /// placeholder, as we do) has its text in a header of our record, and no other record has
 /// one (schemas/FORMATS.md, "Values the record format cannot carry").
-fn check_hidden_headers(
-    got: &BTreeMap<String, Vec<R>>,
-    failures: &mut BTreeMap<String, Vec<usize>>,
-) {
+fn check_hidden_headers(got: &BTreeMap<String, Vec<Record>>, cmp: &mut Comparison) {
     let t = |s: &str| format!("{PREFIX}.public.{s}");
     let mut want: Vec<(String, String, i64, &str, &str)> = Vec::new();
     let mut add = |topic: &str, op: &str, id: i64, key: &'static str, value: &'static str| {
@@ -801,36 +541,16 @@ fn check_hidden_headers(
         "cdc.unrepresentable.after.c_num_s",
         "NaN",
     );
-    let mut seen: Vec<(String, String, i64, String, String)> = Vec::new();
-    for (topic, recs) in got {
-        for r in recs {
-            let Some(v) = &r.value else { continue };
-            let p = &v["payload"];
-            let row = if p["after"].is_null() {
-                &p["before"]
-            } else {
-                &p["after"]
-            };
-            let id = row["id"].as_i64().unwrap_or(-1);
-            let op = p["op"].as_str().unwrap_or_default().to_string();
-            for (k, hv) in &r.headers {
-                if k.starts_with("cdc.unrepresentable.") {
-                    seen.push((topic.clone(), op.clone(), id, k.clone(), hv.clone()));
-                }
-            }
-        }
-    }
+    let seen = hidden_headers(got);
     let mut want: Vec<_> = want
         .into_iter()
         .map(|(a, b, c, d, e)| (a, b, c, d.to_string(), e.to_string()))
         .collect();
     want.sort();
-    seen.sort();
     if want != seen {
-        failures.insert(
-            format!("[default] unrepresentable-value headers: want {want:#?}\nours {seen:#?}"),
-            vec![],
-        );
+        cmp.fail(format!(
+            "[default] unrepresentable-value headers: want {want:#?}\nours {seen:#?}"
+        ));
     }
 }
 

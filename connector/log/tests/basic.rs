@@ -175,21 +175,7 @@ fn async_ready_future() {
 #[test]
 fn consumer_groups_and_out_of_range() {
     let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let t = log
-        .create_topic(
-            "t",
-            TopicConfig {
-                retention_bytes: Some(2048),
-                ..small_topic(1)
-            },
-        )
-        .unwrap();
-    for i in 0..100u32 {
-        t.append(0, &[rec(&i.to_be_bytes(), &[7u8; 100], i as i64)])
-            .unwrap();
-    }
-    log.flush(None).unwrap();
+    let (log, t) = hundred_records(dir.path());
     let mut c = log.consumer("g", "t", 0, ResetPolicy::Earliest).unwrap();
     let got = c.next_batch(500, SHORT).unwrap();
     assert!(!got.is_empty());

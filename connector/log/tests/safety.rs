@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cdc_log::{CleanupPolicy, Log, LogError, LogOptions, NewRecord, ResetPolicy, TopicConfig};
-use common::{copy_dir, open, read_all, rec, small_topic};
+use common::{copy_dir, hundred_records, open, read_all, rec, small_topic};
 
 // ---- a tracing subscriber that keeps the events (no extra dependency) ----
 
@@ -269,19 +269,28 @@ fn two_flushes(dir: &Path) {
     log.close().unwrap();
 }
 
+/// [`two_flushes`] into `dir`, then one bit flipped `at` bytes into the newest (or the
+/// older) ledger slot; the ledger's bytes as written and the damaged slot's index.
+fn damage_ledger_slot(dir: &Path, newest: bool, at: usize) -> (Vec<u8>, usize) {
+    two_flushes(dir);
+    let path = dir.join("ledger");
+    let mut buf = fs::read(&path).unwrap();
+    let (_, slots) = ledger_slots(&buf);
+    let first_is_newest = slots[0].1 > slots[1].1;
+    let slot = if first_is_newest == newest { 0 } else { 1 };
+    buf[slots[slot].0 + at] ^= 0x01;
+    fs::write(&path, &buf).unwrap();
+    (buf, slot)
+}
+
 #[test]
 fn damaged_newest_ledger_slot_is_a_loud_event_with_the_truth() {
     let dir = tempfile::tempdir().unwrap();
-    two_flushes(dir.path());
-    let path = dir.path().join("ledger");
-    let mut buf = fs::read(&path).unwrap();
-    let (_, slots) = ledger_slots(&buf);
-    let newest = if slots[0].1 > slots[1].1 { 0 } else { 1 };
     // One flipped bit in the body (the 'o' of the checkpoint "second": sequence 8 bytes,
     // length 4, checkpoint flag 1 and length 4, then the bytes): the checksum fails, the
     // bytes still parse.
-    buf[slots[newest].0 + 12 + 5 + 3] ^= 0x01;
-    fs::write(&path, &buf).unwrap();
+    let (buf, newest) = damage_ledger_slot(dir.path(), true, 12 + 5 + 3);
+    let path = dir.path().join("ledger");
 
     // A read-only open (`cdc log` beside a live writer, whose in-place slot write it may
     // race) uses the older slot quietly and changes nothing.
@@ -353,13 +362,7 @@ fn damaged_newest_ledger_slot_is_a_loud_event_with_the_truth() {
 #[test]
 fn damaged_older_ledger_slot_is_not_a_fallback() {
     let dir = tempfile::tempdir().unwrap();
-    two_flushes(dir.path());
-    let path = dir.path().join("ledger");
-    let mut buf = fs::read(&path).unwrap();
-    let (_, slots) = ledger_slots(&buf);
-    let older = if slots[0].1 > slots[1].1 { 1 } else { 0 };
-    buf[slots[older].0 + 12 + 5] ^= 0x01;
-    fs::write(&path, &buf).unwrap();
+    damage_ledger_slot(dir.path(), false, 12 + 5);
     let (log, events) = capture(|| open(dir.path()));
     assert_eq!(log.checkpoint().as_deref(), Some(&b"second"[..]));
     assert_eq!(read_all(&log, "t", 0).len(), 65);
@@ -504,6 +507,19 @@ fn check_after_interruption(dir: &Path, n: u32, full: &[(u64, Vec<u8>)]) {
     );
 }
 
+/// After a while (300 ms, for a stray writer to show), the files under `dir` are still
+/// `before` (else fails with `what`) and partition `pdir` holds no `.cleaned` file.
+fn unchanged_after(
+    dir: &Path,
+    pdir: &Path,
+    before: &BTreeMap<PathBuf, (u64, u64, i64, i64)>,
+    what: &str,
+) {
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(*before, snapshot(dir), "{what}");
+    no_cleaned_files(pdir);
+}
+
 fn no_cleaned_files(pdir: &Path) {
     for e in fs::read_dir(pdir).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().to_string();
@@ -533,13 +549,12 @@ fn close_in_the_middle_of_a_compaction_called_on_another_thread() {
         matches!(result, Err(LogError::Closed(_))),
         "the pass was not stopped: {result:?}"
     );
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        at_close,
-        snapshot(dir.path()),
-        "files written after close returned"
+    unchanged_after(
+        dir.path(),
+        &pdir,
+        &at_close,
+        "files written after close returned",
     );
-    no_cleaned_files(&pdir);
     // The old handle refuses writes; the directory is free although it is alive.
     assert!(matches!(log.compact("t"), Err(LogError::Closed(_))));
     assert!(matches!(
@@ -568,13 +583,12 @@ fn close_in_the_middle_of_a_maintenance_thread_compaction() {
     wait_for_first_swap(&pdir, &before);
     log.close().unwrap();
     let at_close = snapshot(dir.path());
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        at_close,
-        snapshot(dir.path()),
-        "files written after close returned"
+    unchanged_after(
+        dir.path(),
+        &pdir,
+        &at_close,
+        "files written after close returned",
     );
-    no_cleaned_files(&pdir);
     // Reopened while the closed handle is still alive.
     check_after_interruption(dir.path(), LONG, &full);
     drop(log);
@@ -613,9 +627,7 @@ fn drop_without_close_stops_the_pass_and_keeps_the_lock_until_then() {
         }
     };
     let at_open = snapshot(dir.path());
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(at_open, snapshot(dir.path()), "a dropped log still writes");
-    no_cleaned_files(&pdir);
+    unchanged_after(dir.path(), &pdir, &at_open, "a dropped log still writes");
     // The pass stopped when the last handle went, it did not run to its end.
     assert!(
         read_all(&reopened, "t", 0).len() > full.len(),
@@ -630,21 +642,7 @@ fn drop_without_close_stops_the_pass_and_keeps_the_lock_until_then() {
 #[test]
 fn latest_reset_policy_starts_at_the_end() {
     let dir = tempfile::tempdir().unwrap();
-    let log = open(dir.path());
-    let t = log
-        .create_topic(
-            "t",
-            TopicConfig {
-                retention_bytes: Some(2048),
-                ..small_topic(1)
-            },
-        )
-        .unwrap();
-    for i in 0..100u32 {
-        t.append(0, &[rec(&i.to_be_bytes(), &[7u8; 100], i as i64)])
-            .unwrap();
-    }
-    log.flush(None).unwrap();
+    let (log, t) = hundred_records(dir.path());
 
     // A group with no committed offset starts at the high watermark and is registered
     // there.

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cdc_log::{Log, LogOptions, TopicConfig};
-use cdc_sources::{ChangeBatch, DurablePublisher};
+use cdc_log::{Log, LogOptions, Reader, TopicConfig};
+use cdc_sources::{ChangeBatch, Durable, DurablePublisher};
 
 use super::tests::{config, ev, finish, pos, send, table};
 use super::{queue, DiskWait, Pipeline, PipelineConfig};
@@ -33,26 +33,27 @@ fn small_segments() -> TopicConfig {
     }
 }
 
-/// Waits (bounded) until `status` says the pipeline waits for disk.
-async fn until_waiting(status: &crate::admin::Status) {
-    for _ in 0..200 {
-        if status.waiting_for_disk().is_some() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("the pipeline never waited for disk");
+/// A running pipeline over [`budget_log`] (a 24 KiB budget) that waits for disk, and what a
+/// test watches it with.
+struct Waiting {
+    log: Log,
+    /// Group `g` on `t.public.a` from the start.
+    c: Reader,
+    /// The wait's metrics.
+    metrics: cdc_schemas::metrics::Metrics,
+    status: crate::admin::Status,
+    /// Held so the wait sees no shutdown.
+    _stop_tx: tokio::sync::watch::Sender<bool>,
+    drx: Durable,
+    tx: tokio::sync::mpsc::Sender<ChangeBatch>,
+    run: tokio::task::JoinHandle<(super::PipelineStats, Result<(), super::PipelineError>)>,
+    /// Table `a` (topic `t.public.a`).
+    t: Arc<cdc_schemas::TableSchema>,
 }
 
-/// A full disk budget is backpressure: the pipeline waits (gauge, status) instead of
-/// failing, makes its complete transactions durable so the consumer can read them,
-/// and resumes when the consumer's commits let budget relief free space; every
-/// record arrives once, in order.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn full_disk_budget_waits_for_consumers_and_loses_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let (log, registry) = budget_log(dir.path(), 24 * 1024);
-    let mut c = log
+fn waiting_pipeline(dir: &std::path::Path) -> Waiting {
+    let (log, registry) = budget_log(dir, 24 * 1024);
+    let c = log
         .consumer("g", "t.public.a", 0, cdc_log::ResetPolicy::Earliest)
         .unwrap();
     let metrics = cdc_schemas::metrics::Metrics::default();
@@ -71,7 +72,62 @@ async fn full_disk_budget_waits_for_consumers_and_loses_nothing() {
     .with_disk_wait(DiskWait::new(vec![stop_rx], &metrics, status.clone()));
     let (tx, rx) = queue::channel(4 << 20);
     let run = tokio::spawn(pipeline.run(rx));
-    let t = table("a", false);
+    Waiting {
+        log,
+        c,
+        metrics,
+        status,
+        _stop_tx,
+        drx,
+        tx,
+        run,
+        t: table("a", false),
+    }
+}
+
+/// The row ids of what `c` reads in one wait (up to `wait`) and poll (possibly none).
+fn read_ids(c: &mut Reader, wait: Duration) -> Vec<i64> {
+    let recs = tokio::task::block_in_place(|| {
+        c.wait(wait);
+        c.poll(1 << 20).unwrap()
+    });
+    recs.into_iter()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(&r.value.unwrap()).unwrap();
+            v["after"]["id"].as_i64().unwrap()
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `status` says the pipeline waits for disk.
+async fn until_waiting(status: &crate::admin::Status) {
+    for _ in 0..200 {
+        if status.waiting_for_disk().is_some() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the pipeline never waited for disk");
+}
+
+/// A full disk budget is backpressure: the pipeline waits (gauge, status) instead of
+/// failing, makes its complete transactions durable so the consumer can read them,
+/// and resumes when the consumer's commits let budget relief free space; every
+/// record arrives once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_disk_budget_waits_for_consumers_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Waiting {
+        log,
+        mut c,
+        metrics,
+        status,
+        _stop_tx,
+        drx,
+        tx,
+        run,
+        t,
+    } = waiting_pipeline(dir.path());
     const N: i64 = 300;
     let sender = tokio::spawn(async move {
         for i in 0..N {
@@ -91,14 +147,7 @@ async fn full_disk_budget_waits_for_consumers_and_loses_nothing() {
     // The consumer reads and commits what is durable; relief frees the space.
     let mut seen = Vec::new();
     while (seen.len() as i64) < N {
-        let recs = tokio::task::block_in_place(|| {
-            c.wait(Duration::from_millis(50));
-            c.poll(1 << 20).unwrap()
-        });
-        for r in recs {
-            let v: serde_json::Value = serde_json::from_slice(&r.value.unwrap()).unwrap();
-            seen.push(v["after"]["id"].as_i64().unwrap());
-        }
+        seen.extend(read_ids(&mut c, Duration::from_millis(50)));
         c.commit().unwrap();
     }
     assert_eq!(
@@ -124,30 +173,17 @@ async fn full_disk_budget_waits_for_consumers_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_inside_a_transaction_flushes_none_of_it() {
     let dir = tempfile::tempdir().unwrap();
-    let (log, registry) = budget_log(dir.path(), 24 * 1024);
-    let mut c = log
-        .consumer("g", "t.public.a", 0, cdc_log::ResetPolicy::Earliest)
-        .unwrap();
-    let status = crate::admin::Status::default();
-    let (_stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let (dtx, drx) = DurablePublisher::new(None);
-    let pipeline = Pipeline::new(
-        log.clone(),
-        Arc::new(registry),
-        PipelineConfig {
-            topic_config: small_segments(),
-            ..config()
-        },
-        dtx,
-    )
-    .with_disk_wait(DiskWait::new(
-        vec![stop_rx],
-        &Default::default(),
-        status.clone(),
-    ));
-    let (tx, rx) = queue::channel(4 << 20);
-    let run = tokio::spawn(pipeline.run(rx));
-    let t = table("a", false);
+    let Waiting {
+        log,
+        mut c,
+        status,
+        _stop_tx,
+        drx,
+        tx,
+        run,
+        t,
+        ..
+    } = waiting_pipeline(dir.path());
     // 20 small transactions (about 15 KiB), then one of 20 events in 4 chunks (as
     // much): the budget (24 KiB) runs out inside the large one, which fits once the
     // small ones are released.
@@ -174,14 +210,7 @@ async fn a_wait_inside_a_transaction_flushes_none_of_it() {
     // The consumer releases what it read; the large transaction then fits.
     let mut seen = Vec::new();
     while seen.len() < 40 {
-        let recs = tokio::task::block_in_place(|| {
-            c.wait(Duration::from_millis(50));
-            c.poll(1 << 20).unwrap()
-        });
-        for r in recs {
-            let v: serde_json::Value = serde_json::from_slice(&r.value.unwrap()).unwrap();
-            seen.push(v["after"]["id"].as_i64().unwrap());
-        }
+        seen.extend(read_ids(&mut c, Duration::from_millis(50)));
         if seen.len() > 20 {
             // Visible only once its commit is durable: all of it at once.
             assert_eq!(seen.len(), 40, "part of a transaction became visible");
@@ -295,14 +324,7 @@ async fn a_budget_running_out_inside_a_transaction_does_not_hold_the_ones_before
                 seen.len()
             );
             for c in &mut consumers {
-                let recs = tokio::task::block_in_place(|| {
-                    c.wait(Duration::from_millis(20));
-                    c.poll(1 << 20).unwrap()
-                });
-                for r in recs {
-                    let v: serde_json::Value = serde_json::from_slice(&r.value.unwrap()).unwrap();
-                    seen.push(v["after"]["id"].as_i64().unwrap());
-                }
+                seen.extend(read_ids(c, Duration::from_millis(20)));
                 c.commit().unwrap();
             }
         }

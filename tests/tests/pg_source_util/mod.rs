@@ -12,7 +12,7 @@ pub use cdc_harness::http;
 
 pub mod slot;
 use cdc_harness::{passwords, PgServer};
-use cdc_log::{Log, LogOptions, StartAt};
+use cdc_log::Log;
 use serde_json::Value as Json;
 
 pub struct Connector {
@@ -145,56 +145,7 @@ impl Drop for Connector {
     }
 }
 
-/// One record read back: partition, key and value as JSON (value `None` = tombstone).
-#[derive(Clone, Debug)]
-pub struct Rec {
-    pub partition: u32,
-    pub offset: u64,
-    pub key: Option<Json>,
-    pub value: Option<Json>,
-    /// (key, value as UTF-8 text, lossy) in order.
-    pub headers: Vec<(String, String)>,
-}
-
-/// Every durable record of `topic`, per partition in offset order.
-pub fn read_topic(log_dir: &Path, topic: &str) -> Vec<Rec> {
-    let log = match Log::open_read_only(log_dir) {
-        Ok(l) => l,
-        Err(_) => return Vec::new(),
-    };
-    if !log.topics().iter().any(|t| t == topic) {
-        return Vec::new();
-    }
-    let parts = log.describe(topic).unwrap().partitions.len() as u32;
-    let mut out = Vec::new();
-    for p in 0..parts {
-        let mut r = log.reader(topic, p, StartAt::Earliest).unwrap();
-        loop {
-            let batch = r.poll(4 << 20).unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for rec in batch {
-                out.push(Rec {
-                    partition: p,
-                    offset: rec.offset,
-                    key: rec.key.map(|k| serde_json::from_slice(&k).unwrap()),
-                    value: rec.value.map(|v| serde_json::from_slice(&v).unwrap()),
-                    headers: rec
-                        .headers
-                        .iter()
-                        .map(|h| {
-                            let v = h.value.as_deref().unwrap_or_default();
-                            (h.key.clone(), String::from_utf8_lossy(v).into_owned())
-                        })
-                        .collect(),
-                });
-            }
-        }
-    }
-    let _ = LogOptions::default();
-    out
-}
+pub use cdc_harness::golden::{read_log as read_topic, LogRecord as Rec};
 
 /// Durable records of `topic` (all partitions), read from the offsets alone.
 pub fn topic_len(log_dir: &Path, topic: &str) -> u64 {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use cdc_log::{Log, LogOptions, NewRecord, Reader, Record, StartAt, TopicConfig};
+use cdc_log::{Log, LogOptions, NewRecord, Reader, Record, StartAt, Topic, TopicConfig};
 
 /// xorshift64: deterministic randomness for the tests (seeded, no dependency).
 pub struct Rng(pub u64);
@@ -59,6 +59,28 @@ pub fn read_all(log: &Log, topic: &str, partition: u32) -> Vec<Record> {
         out.extend(got);
     }
     out
+}
+
+/// A log at `dir` with topic `t` (one partition, small segments, 2048 retention bytes)
+/// holding 100 flushed records of 100 bytes: keys 0..100 (big-endian u32), timestamps the
+/// same; retention has segments to drop.
+pub fn hundred_records(dir: &std::path::Path) -> (Log, Topic) {
+    let log = open(dir);
+    let t = log
+        .create_topic(
+            "t",
+            TopicConfig {
+                retention_bytes: Some(2048),
+                ..small_topic(1)
+            },
+        )
+        .unwrap();
+    for i in 0..100u32 {
+        t.append(0, &[rec(&i.to_be_bytes(), &[7u8; 100], i as i64)])
+            .unwrap();
+    }
+    log.flush(None).unwrap();
+    (log, t)
 }
 
 pub fn rec<'a>(key: &'a [u8], value: &'a [u8], ts: i64) -> NewRecord<'a> {

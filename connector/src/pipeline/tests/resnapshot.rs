@@ -24,6 +24,30 @@ async fn send_mark(
     .unwrap();
 }
 
+/// A re-snapshot of `t` through `tx`: its Begin (checkpoint `SnapshotIncomplete`), a read
+/// event of value "snap" at position 40 for each of `ids`, and its End at position 40.
+async fn resnapshot(
+    tx: &tokio::sync::mpsc::Sender<ChangeBatch>,
+    t: &Arc<TableSchema>,
+    ids: impl IntoIterator<Item = i64>,
+) {
+    send_mark(
+        tx,
+        vec![],
+        Some(Checkpoint::SnapshotIncomplete),
+        SnapshotMark::Begin {
+            tables: vec![t.id.clone()],
+        },
+    )
+    .await;
+    let rows = ids
+        .into_iter()
+        .map(|id| ChangeEvent::read(t.clone(), row(id, "snap"), position(40), 0).unwrap())
+        .collect();
+    send(tx, rows, None).await;
+    send_mark(tx, vec![], Some(pos(40)), SnapshotMark::End).await;
+}
+
 fn row(id: i64, v: &str) -> Row {
     Row::new(vec![Value::Int64(id), Value::Text(v.into())])
 }
@@ -123,22 +147,8 @@ async fn re_snapshot_deletes_the_keys_it_does_not_find_again() {
         p.reconcile_keys_per_pass = keys_per_pass;
         let (tx, rx) = queue::channel(4 << 20);
         let run = tokio::spawn(p.run(rx));
-        send_mark(
-            &tx,
-            vec![],
-            Some(Checkpoint::SnapshotIncomplete),
-            SnapshotMark::Begin {
-                tables: vec![a.id.clone()],
-            },
-        )
-        .await;
         let read: Vec<i64> = (0..30).step_by(2).chain([36]).collect();
-        let rows = read
-            .iter()
-            .map(|&id| ChangeEvent::read(a.clone(), row(id, "snap"), position(40), 0).unwrap())
-            .collect();
-        send(&tx, rows, None).await;
-        send_mark(&tx, vec![], Some(pos(40)), SnapshotMark::End).await;
+        resnapshot(&tx, &a, read.iter().copied()).await;
         let (stats, r) = finish(tx, run).await;
         r.unwrap();
         let gone: Vec<i64> = (0..40)
@@ -208,21 +218,7 @@ async fn re_snapshot_with_avro_values_writes_delete_records() {
     send(&tx, evs, Some(pos(10))).await;
     finish(tx, run).await.1.unwrap();
     let (tx, run, _drx) = spawn(&log, registry.clone(), cfg());
-    send_mark(
-        &tx,
-        vec![],
-        Some(Checkpoint::SnapshotIncomplete),
-        SnapshotMark::Begin {
-            tables: vec![a.id.clone()],
-        },
-    )
-    .await;
-    let rows = (0..12)
-        .filter(|id| id % 3 != 0)
-        .map(|id| ChangeEvent::read(a.clone(), row(id, "snap"), position(40), 0).unwrap())
-        .collect();
-    send(&tx, rows, None).await;
-    send_mark(&tx, vec![], Some(pos(40)), SnapshotMark::End).await;
+    resnapshot(&tx, &a, (0..12).filter(|id| id % 3 != 0)).await;
     let (stats, r) = finish(tx, run).await;
     r.unwrap();
     assert_eq!(stats.reconciled_deletes, 4);

@@ -7,9 +7,10 @@
 use cdc_schemas::TableId;
 
 use super::column::{column_def, promote_first_timestamp, Dialect};
+use super::database::charset_option;
 use super::parse::P;
 use super::{Ctx, DdlError, TableChange, Target};
-use crate::mysql::schema::{charset_of_collation, normalize_charset, Flavor};
+use crate::mysql::schema::{charset_of_collation, Flavor};
 use crate::mysql::table::MyTable;
 
 impl Ctx<'_> {
@@ -157,17 +158,7 @@ fn table_options(p: &mut P) -> Result<(Option<String>, bool, bool), String> {
             versioned = true;
             continue;
         }
-        p.eat_kw("DEFAULT");
-        if p.eat_kws(&["CHARACTER", "SET"]) || p.eat_kw("CHARSET") {
-            p.eat_eq();
-            cs = Some(normalize_charset(&p.value()?));
-        } else if p.eat_kw("COLLATE") {
-            p.eat_eq();
-            coll = Some(p.value()?.to_ascii_lowercase());
-        } else {
-            p.skip_one();
-        }
-        p.eat_sym(",");
+        charset_option(p, &mut cs, &mut coll)?;
     }
     Ok((
         cs.or(coll.map(|c| charset_of_collation(&c))),

@@ -59,17 +59,29 @@ impl Ctx<'_> {
 fn charset_options(p: &mut P) -> Result<(Option<String>, Option<String>), String> {
     let (mut cs, mut coll) = (None, None);
     while !p.done() {
-        p.eat_kw("DEFAULT");
-        if p.eat_kws(&["CHARACTER", "SET"]) || p.eat_kw("CHARSET") {
-            p.eat_eq();
-            cs = Some(normalize_charset(&p.value()?));
-        } else if p.eat_kw("COLLATE") {
-            p.eat_eq();
-            coll = Some(p.value()?.to_ascii_lowercase());
-        } else {
-            p.skip_one();
-        }
-        p.eat_sym(",");
+        charset_option(p, &mut cs, &mut coll)?;
     }
     Ok((cs, coll))
+}
+
+/// One option of a database's or a table's option list (the same grammar for both):
+/// `[DEFAULT] CHARACTER SET|CHARSET [=] x` into `cs`, `[DEFAULT] COLLATE [=] y` into
+/// `coll`, anything else skipped; then an optional `,`.
+pub(super) fn charset_option(
+    p: &mut P,
+    cs: &mut Option<String>,
+    coll: &mut Option<String>,
+) -> Result<(), String> {
+    p.eat_kw("DEFAULT");
+    if p.eat_kws(&["CHARACTER", "SET"]) || p.eat_kw("CHARSET") {
+        p.eat_eq();
+        *cs = Some(normalize_charset(&p.value()?));
+    } else if p.eat_kw("COLLATE") {
+        p.eat_eq();
+        *coll = Some(p.value()?.to_ascii_lowercase());
+    } else {
+        p.skip_one();
+    }
+    p.eat_sym(",");
+    Ok(())
 }

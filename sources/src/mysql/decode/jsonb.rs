@@ -45,54 +45,48 @@ fn write_value(v: &jsonb::Value<'_>, out: &mut String) -> Result<(), String> {
         }
         J::F64(x) => push_double(out, *x),
         J::String(s) => push_string(out, s.str_raw())?,
-        J::SmallArray(a) => {
-            out.push('[');
-            for (i, e) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_value(&e.map_err(|e| e.to_string())?, out)?;
-            }
-            out.push(']');
-        }
-        J::LargeArray(a) => {
-            out.push('[');
-            for (i, e) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_value(&e.map_err(|e| e.to_string())?, out)?;
-            }
-            out.push(']');
-        }
-        J::SmallObject(o) => {
-            out.push('{');
-            for (i, e) in o.iter().enumerate() {
-                let (k, v) = e.map_err(|e| e.to_string())?;
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                push_string(out, k.value_raw())?;
-                out.push_str(": ");
-                write_value(&v, out)?;
-            }
-            out.push('}');
-        }
-        J::LargeObject(o) => {
-            out.push('{');
-            for (i, e) in o.iter().enumerate() {
-                let (k, v) = e.map_err(|e| e.to_string())?;
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                push_string(out, k.value_raw())?;
-                out.push_str(": ");
-                write_value(&v, out)?;
-            }
-            out.push('}');
-        }
+        // Small and large containers differ only in the width of their offsets.
+        J::SmallArray(a) => write_array(a.iter(), out)?,
+        J::LargeArray(a) => write_array(a.iter(), out)?,
+        J::SmallObject(o) => write_object(o.iter(), out)?,
+        J::LargeObject(o) => write_object(o.iter(), out)?,
         J::Opaque(o) => push_opaque(out, o.value_type(), o.data_raw())?,
     }
+    Ok(())
+}
+
+/// `[a, b]`: the elements, `, ` between them.
+fn write_array<'a>(
+    elems: impl Iterator<Item = std::io::Result<jsonb::Value<'a>>>,
+    out: &mut String,
+) -> Result<(), String> {
+    out.push('[');
+    for (i, e) in elems.enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        write_value(&e.map_err(|e| e.to_string())?, out)?;
+    }
+    out.push(']');
+    Ok(())
+}
+
+/// `{"k": v, "k2": v2}`: the members in stored order.
+fn write_object<'a>(
+    members: impl Iterator<Item = std::io::Result<(jsonb::ObjectKey<'a>, jsonb::Value<'a>)>>,
+    out: &mut String,
+) -> Result<(), String> {
+    out.push('{');
+    for (i, e) in members.enumerate() {
+        let (k, v) = e.map_err(|e| e.to_string())?;
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_string(out, k.value_raw())?;
+        out.push_str(": ");
+        write_value(&v, out)?;
+    }
+    out.push('}');
     Ok(())
 }
 
