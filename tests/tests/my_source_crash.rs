@@ -280,6 +280,7 @@ impl Tail {
                             offset: rec.offset,
                             key: rec.key.map(|k| serde_json::from_slice(&k).unwrap()),
                             value: rec.value.map(|v| serde_json::from_slice(&v).unwrap()),
+                            headers: Vec::new(),
                         };
                         if let Some(g) = r.value.as_ref().and_then(|v| v["source"]["gtid"].as_str())
                         {

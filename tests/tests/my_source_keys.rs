@@ -12,44 +12,17 @@ mod my_source_util;
 use std::time::{Duration, Instant};
 
 use cdc_harness::MariaDbServer;
-use cdc_log::{Log, StartAt};
 use my_source_util::*;
 use serde_json::Value as Json;
 
 const T: Duration = Duration::from_secs(60);
 
-/// (value, headers) of every record of `topic`, in offset order per partition.
+/// (value, headers) of every record of the connector's topic, in offset order per partition.
 fn records_with_headers(c: &Connector) -> Vec<(Json, Vec<(String, String)>)> {
-    let Ok(log) = Log::open_read_only(c.log_dir()) else {
-        return Vec::new();
-    };
-    if !log.topics().contains(&c.topic) {
-        return Vec::new();
-    }
-    let parts = log.describe(&c.topic).unwrap().partitions.len() as u32;
-    let mut out = Vec::new();
-    for p in 0..parts {
-        let mut r = log.reader(&c.topic, p, StartAt::Earliest).unwrap();
-        loop {
-            let batch = r.poll(4 << 20).unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for rec in batch {
-                let Some(v) = rec.value else { continue };
-                let headers = rec
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        let v = h.value.as_deref().unwrap_or_default();
-                        (h.key.clone(), String::from_utf8_lossy(v).into_owned())
-                    })
-                    .collect();
-                out.push((serde_json::from_slice(&v).unwrap(), headers));
-            }
-        }
-    }
-    out
+    c.records()
+        .into_iter()
+        .filter_map(|r| Some((r.value?, r.headers)))
+        .collect()
 }
 
 /// Captures a table with a nullable DATE and a NOT NULL DATETIME holding zero dates, one

@@ -8,6 +8,8 @@
 
 use cdc_schemas::metrics::{Counter, Gauge, Metrics};
 
+use super::history::file_number;
+
 /// The gauges of one MySQL / MariaDB source.
 #[derive(Clone, Debug)]
 pub struct MyMetrics {
@@ -51,21 +53,5 @@ impl MyMetrics {
     pub fn position(&self, file: &str, pos: u64) {
         self.binlog_file.set(file_number(file).unwrap_or(0));
         self.binlog_pos.set(pos);
-    }
-}
-
-/// `binlog.000042` → 42.
-pub fn file_number(file: &str) -> Option<u64> {
-    file.rsplit_once('.').and_then(|(_, n)| n.parse().ok())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_numbers() {
-        assert_eq!(file_number("mysql-bin.000042"), Some(42));
-        assert_eq!(file_number("binlog"), None);
     }
 }

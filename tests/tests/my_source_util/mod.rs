@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use cdc_harness::{passwords, MariaDbServer};
-use cdc_log::{Log, StartAt};
+use cdc_log::Log;
 use mysql_async::prelude::Queryable;
 use serde_json::Value as Json;
 
@@ -188,14 +188,8 @@ impl Drop for Connector {
     }
 }
 
-/// One record read back: partition, key and value as JSON (value `None` = tombstone).
-#[derive(Clone, Debug)]
-pub struct Rec {
-    pub partition: u32,
-    pub offset: u64,
-    pub key: Option<Json>,
-    pub value: Option<Json>,
-}
+/// One record read back (value `None` = tombstone), and the reader of a whole topic.
+pub use cdc_harness::golden::{read_log as read_topic, LogRecord as Rec};
 
 /// Durable records of `topic` (all partitions), read from the offsets alone.
 pub fn topic_len(log_dir: &Path, topic: &str) -> u64 {
@@ -210,36 +204,6 @@ pub fn topic_len(log_dir: &Path, topic: &str) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
-}
-
-/// Every durable record of `topic`, per partition in offset order.
-pub fn read_topic(log_dir: &Path, topic: &str) -> Vec<Rec> {
-    let Ok(log) = Log::open_read_only(log_dir) else {
-        return Vec::new();
-    };
-    if !log.topics().iter().any(|t| t == topic) {
-        return Vec::new();
-    }
-    let parts = log.describe(topic).unwrap().partitions.len() as u32;
-    let mut out = Vec::new();
-    for p in 0..parts {
-        let mut r = log.reader(topic, p, StartAt::Earliest).unwrap();
-        loop {
-            let batch = r.poll(4 << 20).unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for rec in batch {
-                out.push(Rec {
-                    partition: p,
-                    offset: rec.offset,
-                    key: rec.key.map(|k| serde_json::from_slice(&k).unwrap()),
-                    value: rec.value.map(|v| serde_json::from_slice(&v).unwrap()),
-                });
-            }
-        }
-    }
-    out
 }
 
 /// Applies c/r/u/d by key in log order per partition: key (JSON text) → `after` row.
