@@ -87,6 +87,10 @@ pub struct MySqlSourceConfig {
     pub filter: TableFilter,
     pub snapshot_mode: SnapshotMode,
     pub max_batch_events: usize,
+    /// `[snapshot] connections`: readers sharing the snapshot.
+    pub snapshot_connections: usize,
+    /// `[snapshot] chunk_rows`: rows per primary-key range.
+    pub snapshot_chunk_rows: u64,
     pub heartbeat_interval: Duration,
     /// `source.url` said `mariadb://`: records name the `mariadb` connector.
     pub mariadb_url: bool,
@@ -107,6 +111,8 @@ impl MySqlSourceConfig {
             filter: common.filter(),
             snapshot_mode: spec.snapshot.snapshot_mode(),
             max_batch_events: common.max_batch_events.max(1),
+            snapshot_connections: spec.snapshot.connections.max(1),
+            snapshot_chunk_rows: spec.snapshot.chunk_rows.max(1),
             heartbeat_interval: Duration::from_millis(my.heartbeat_interval_ms.max(100)),
             mariadb_url: common.url.expose().starts_with("mariadb://"),
             schema_history: spec.data_dir.join("mysql-schema-history.jsonl"),
