@@ -51,8 +51,10 @@
 //! precedence `last` > `first` > `last_in_data_collection` > `first_in_data_collection`.
 //! All readers send through one [`Sequencer`], which holds back each table's newest record
 //! (it may be the table's last) and the `last_in_data_collection` record of the table
-//! completed most recently (it may be the snapshot's last). Chunks of one table read in
-//! parallel interleave: each key occurs once in a snapshot, so no key's order changes.
+//! completed most recently (it may be the snapshot's last). Tables go out in their order
+//! (a reader holding a chunk of a later table waits until the earlier ones are done), the
+//! chunks of one table in parallel; those interleave, but each key occurs once in a
+//! snapshot, so no key's order changes.
 //!
 //! A shutdown (or a crash) mid-snapshot leaves a snapshot that is not complete; the next
 //! run starts it over (the `Begin` then carries `SnapshotIncomplete`), so the keys read
@@ -807,6 +809,10 @@ struct SeqState {
 struct Sequencer {
     out: mpsc::Sender<ChangeBatch>,
     state: tokio::sync::Mutex<SeqState>,
+    /// The first table not read completely yet: a table's records wait until every
+    /// table before it is done, so tables go out in their order (Debezium's, which its
+    /// markers assume) while the chunks of one table are read in parallel.
+    front: tokio::sync::watch::Sender<usize>,
     progress: Option<Arc<SnapshotProgress>>,
     /// Checked after each batch: a shutdown stops the snapshot (it starts over next time).
     shutdown: Option<tokio::sync::watch::Receiver<bool>>,
@@ -848,6 +854,7 @@ impl Sequencer {
                     .collect(),
                 tail: None,
             }),
+            front: tokio::sync::watch::Sender::new(0),
             progress: None,
             shutdown: None,
         }
@@ -865,6 +872,13 @@ impl Sequencer {
             return Ok(());
         }
         let n = events.len();
+        // Chunks are handed out in table order, so the readers of earlier tables are not
+        // waiting here: the front always advances.
+        let mut front = self.front.subscribe();
+        front
+            .wait_for(|&f| f >= table)
+            .await
+            .map_err(|_| SourceError::transient("snapshot", "the snapshot stopped"))?;
         let mut guard = self.state.lock().await;
         let st = &mut *guard;
         let t = &mut st.tables[table];
@@ -899,6 +913,13 @@ impl Sequencer {
             return Ok(());
         }
         let last = t.held.take();
+        let next = st
+            .tables
+            .iter()
+            .position(|t| t.chunks_left > 0)
+            .unwrap_or(st.tables.len());
+        self.front.send_replace(next);
+        let t = &mut st.tables[table];
         tracing::info!(table = %t.id, rows = t.rows, "table snapshot read");
         if let Some(p) = &self.progress {
             p.table_done();
