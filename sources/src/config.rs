@@ -390,6 +390,9 @@ pub struct SnapshotConfig {
     /// Postgres: table pages (8 KiB) per chunk: tables are read in ctid page ranges.
     #[serde(default = "default_chunk_pages")]
     pub chunk_pages: u64,
+    /// MySQL / MariaDB: rows per chunk: tables are read in primary-key ranges.
+    #[serde(default = "default_chunk_rows")]
+    pub chunk_rows: u64,
 }
 
 fn default_snapshot_mode() -> String {
@@ -401,6 +404,9 @@ fn default_snapshot_connections() -> usize {
 fn default_chunk_pages() -> u64 {
     2048
 }
+fn default_chunk_rows() -> u64 {
+    100_000
+}
 
 impl Default for SnapshotConfig {
     fn default() -> Self {
@@ -408,6 +414,7 @@ impl Default for SnapshotConfig {
             mode: default_snapshot_mode(),
             connections: default_snapshot_connections(),
             chunk_pages: default_chunk_pages(),
+            chunk_rows: default_chunk_rows(),
         }
     }
 }
@@ -459,6 +466,9 @@ impl SnapshotConfig {
         }
         if self.chunk_pages == 0 {
             return Err(("snapshot.chunk_pages".into(), "must be at least 1".into()));
+        }
+        if self.chunk_rows == 0 {
+            return Err(("snapshot.chunk_rows".into(), "must be at least 1".into()));
         }
         Ok(())
     }

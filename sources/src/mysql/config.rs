@@ -116,6 +116,10 @@ pub struct MySqlSourceConfig {
     pub filter: TableFilter,
     pub snapshot_mode: SnapshotMode,
     pub max_batch_events: usize,
+    /// `[snapshot] connections`: readers sharing the snapshot.
+    pub snapshot_connections: usize,
+    /// `[snapshot] chunk_rows`: rows per primary-key range.
+    pub snapshot_chunk_rows: u64,
     pub heartbeat_interval: Duration,
     /// How often the binlog retention watch checks (`source.binlog_check_interval_ms`).
     pub binlog_check_interval: Duration,
@@ -140,6 +144,8 @@ impl MySqlSourceConfig {
             filter: common.filter(),
             snapshot_mode: spec.snapshot.snapshot_mode(),
             max_batch_events: common.max_batch_events.max(1),
+            snapshot_connections: spec.snapshot.connections.max(1),
+            snapshot_chunk_rows: spec.snapshot.chunk_rows.max(1),
             heartbeat_interval: Duration::from_millis(my.heartbeat_interval_ms.max(100)),
             binlog_check_interval: Duration::from_millis(my.binlog_check_interval_ms.max(100)),
             mariadb_url: common.url.expose().starts_with("mariadb://"),
