@@ -7,6 +7,9 @@
 #                                    # position (a captured marker row), then stop
 #   tests/bench/cut_mysql.sh stream  # CUT_MYSQL_CMD: resume there, stream the workload, exit when
 #                                    # the topic holds BENCH_EXPECTED_EVENTS records
+#   tests/bench/cut_mysql.sh snapshot  # CUT_MYSQL_CMD: snapshot orders_snap (SNAPSHOT_TABLE=1) into a
+#                                    # fresh log, snapshot.mode = initial_only, CUT_CONNECTIONS
+#                                    # readers (default 2); exits when the snapshot is durable
 #
 # One run in the bench, from the repository root, with a release build:
 #
@@ -27,7 +30,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${CDC_BIN:-$repo/target/release/cdc}
 dir=${CUT_DIR:-${BENCH_WORK:-/tmp/cdc-bench}/cdc-cut-mysql}
-mode=${1:?usage: $0 prime|stream}
+mode=${1:?usage: $0 prime|stream|snapshot}
 my() { mariadb -h"$MYHOST" -P"$MYPORT" -u"$MYUSER" -p"$MYPASS" -N -B "$MYDB" "$@"; }
 topic="bench.$MYDB.orders"
 marker="bench.$MYDB.cdc_prime"
@@ -91,5 +94,25 @@ case "$mode" in
       printf '{"events":%s,"bytes":%s}\n' "$want" "$bytes" >"$BENCH_OUT/stats.json"
     fi
     ;;
-  *) echo "usage: $0 prime|stream" >&2; exit 2 ;;
+  snapshot)
+    rm -rf "$dir"; mkdir -p "$dir"
+    cat >"$dir/cdc.toml" <<EOF
+name = "bench"
+[source]
+type = "mysql"
+url = "mysql://$MYUSER:$MYPASS@$MYHOST:$MYPORT/$MYDB?sslmode=disable"
+tables = ["$MYDB.orders_snap"]
+server_id = 7401
+[snapshot]
+mode = "initial_only"
+connections = ${CUT_CONNECTIONS:-2}
+[log]
+dir = "$dir/log"
+partitions = 1
+[admin]
+listen = "127.0.0.1:0"
+EOF
+    CDC_LOG_LEVEL=warn exec "$bin" run --config "$dir/cdc.toml" 2>"$dir/connector.log"
+    ;;
+  *) echo "usage: $0 prime|stream|snapshot" >&2; exit 2 ;;
 esac
