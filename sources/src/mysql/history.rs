@@ -51,11 +51,14 @@
 //! # Restore and duplicates
 //!
 //! [`SchemaHistory::restore`]: the last appended Snapshot at or before `resume`, then every
-//! Ddl appended after it, at or before `resume`, and not at or before the last one
-//! applied, re-applied with [`Schemas::apply_ddl`] in append order. So a DDL appended
+//! Ddl appended after it, at or before `resume`, not at or before the last one applied and
+//! not the same statement as one applied (the same transaction GTID, else the same file
+//! and offset), re-applied with [`Schemas::apply_ddl`] in append order. So a DDL appended
 //! twice (a restart re-read it after its record was durable, or a failed append that
-//! became durable later) is applied once. [`SchemaHistory::record_ddl`] skips a position
-//! already recorded; [`SchemaHistory::record_snapshot`] one equal to the last record.
+//! became durable later) is applied once, also when its second position's GTID set is
+//! larger (another replication domain had moved on in the stored checkpoint).
+//! [`SchemaHistory::record_ddl`] skips a statement already recorded since the last
+//! snapshot; [`SchemaHistory::record_snapshot`] one equal to the last record.
 //! The restored [`Schemas`] keep the captured flags of when they were recorded: the
 //! stream calls [`Schemas::refilter`] with its filter if that may have changed.
 //!
@@ -182,6 +185,7 @@ impl SchemaHistory {
         let mut schemas = schemas.clone();
         let mut last = position;
         let mut applied = 0usize;
+        let mut done: Vec<&MySqlPosition> = Vec::new();
         for r in &self.records[base + 1..] {
             // A later snapshot past `resume` (one that started and never became the
             // log's position) does not end this one's DDL chain.
@@ -193,9 +197,13 @@ impl SchemaHistory {
             else {
                 continue;
             };
-            if !at_or_before(position, resume) || at_or_before(position, last) {
+            if !at_or_before(position, resume)
+                || at_or_before(position, last)
+                || done.iter().any(|d| same_statement(d, position))
+            {
                 continue;
             }
+            done.push(position);
             schemas
                 .apply_ddl(current_db.as_deref(), sql, &self.filter)
                 .map_err(|e| {
@@ -246,16 +254,19 @@ impl SchemaHistory {
         current_db: Option<&str>,
         sql: &str,
     ) -> Result<(), HistoryError> {
-        // The duplicates a restart produces are in the tail: scan back until a record
-        // strictly before `position`.
+        // A restart re-reads DDL whose record was durable before its checkpoint was. The
+        // statement is the same, its position's GTID *set* need not be: other replication
+        // domains may have moved on in the stored checkpoint. So a DDL is known by its own
+        // transaction (`same_statement`), and the records are scanned back to the last
+        // snapshot (DDL is rare; the tail since a snapshot is short).
         for r in self.records.iter().rev() {
-            match compare(r.position(), position) {
-                Some(Ordering::Equal) if matches!(r, HistoryRecord::Ddl { .. }) => {
+            match r {
+                HistoryRecord::Ddl { position: p, .. } if same_statement(p, position) => {
                     tracing::debug!(position = %format_position(position), "DDL already in the schema history");
                     return Ok(());
                 }
-                Some(Ordering::Less) => break,
-                _ => {}
+                HistoryRecord::Snapshot { .. } => break,
+                HistoryRecord::Ddl { .. } => {}
             }
         }
         self.append(HistoryRecord::Ddl {
@@ -271,6 +282,15 @@ impl SchemaHistory {
         tracing::debug!(position = %format_position(record.position()), bytes = bytes.len(), snapshot = matches!(record, HistoryRecord::Snapshot { .. }), "schema history record appended");
         self.records.push(record);
         Ok(())
+    }
+}
+
+/// Whether two DDL positions are the same statement: the same transaction GTID when both
+/// have one (`0-1-42`, `uuid:42`), else the same binlog file and offset.
+fn same_statement(a: &MySqlPosition, b: &MySqlPosition) -> bool {
+    match (&a.gtid, &b.gtid) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.file == b.file && a.pos == b.pos,
     }
 }
 
@@ -355,6 +375,71 @@ mod tests {
             gtid_set: Some(set.parse().unwrap()),
             ..fp(file, pos)
         }
+    }
+
+    /// Opaque records in memory: the durable store is the embedded log
+    /// (connector/src/history.rs, tested there and in tests/tests/my_history.rs).
+    #[derive(Default)]
+    struct Records(std::sync::Mutex<Vec<Vec<u8>>>);
+
+    impl SchemaHistoryStore for Records {
+        fn load(&self) -> Result<Vec<Vec<u8>>, HistoryError> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+        fn append(&self, record: &[u8]) -> Result<(), HistoryError> {
+            self.0.lock().unwrap().push(record.to_vec());
+            Ok(())
+        }
+    }
+
+    /// A restart re-reads a DDL whose record was durable; meanwhile another replication
+    /// domain moved on in the stored checkpoint, so the re-read position's GTID set is
+    /// larger. It is the same statement (same GTID): recorded and re-applied once.
+    #[test]
+    fn a_ddl_read_again_with_a_larger_gtid_set_is_recorded_and_applied_once() {
+        use super::super::schema::Flavor;
+        let filter = TableFilter::new(&["d.*".into()], &[]);
+        let store = Arc::new(Records::default());
+        let mut h = SchemaHistory::open(store.clone(), &filter).unwrap();
+        let mut s = Schemas::new(Flavor::MariaDb);
+        s.apply_ddl(Some("d"), "CREATE TABLE t (id int PRIMARY KEY)", &filter)
+            .unwrap();
+        h.record_snapshot(&gp("b.000001", 100, "0-1-5,1-1-7"), &s)
+            .unwrap();
+        let ddl = "ALTER TABLE t ADD a int";
+        let first = MySqlPosition {
+            gtid: Some("0-1-6".into()),
+            ..gp("b.000001", 300, "0-1-6,1-1-7")
+        };
+        h.record_ddl(&first, Some("d"), ddl).unwrap();
+        let again = MySqlPosition {
+            gtid: Some("0-1-6".into()),
+            ..gp("b.000001", 300, "0-1-6,1-1-9")
+        };
+        h.record_ddl(&again, Some("d"), ddl).unwrap();
+        assert_eq!(store.0.lock().unwrap().len(), 2, "snapshot + one DDL");
+        // A store holding both (written by a version without this check) restores too.
+        store.0.lock().unwrap().push(
+            serde_json::to_vec(&HistoryRecord::Ddl {
+                position: again.clone(),
+                current_db: Some("d".into()),
+                sql: ddl.into(),
+            })
+            .unwrap(),
+        );
+        let h = SchemaHistory::open(store, &filter).unwrap();
+        let restored = h
+            .restore(&gp("b.000001", 900, "0-1-8,1-1-9"))
+            .unwrap()
+            .unwrap();
+        let cols: Vec<&str> = restored
+            .get("d", "t")
+            .unwrap()
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(cols, ["id", "a"]);
     }
 
     #[test]
