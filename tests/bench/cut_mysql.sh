@@ -31,6 +31,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${CDC_BIN:-$repo/target/release/cdc}
 dir=${CUT_DIR:-${BENCH_WORK:-/tmp/cdc-bench}/cdc-cut-mysql}
 mode=${1:?usage: $0 prime|stream|snapshot}
+# The bench's defaults (bench/lib.sh) where a hook's environment lacks them.
+MYHOST=${MYHOST:-127.0.0.1} MYPORT=${MYPORT:-53306} MYUSER=${MYUSER:-bench} MYPASS=${MYPASS:-bench} MYDB=${MYDB:-bench}
 my() { mariadb -h"$MYHOST" -P"$MYPORT" -u"$MYUSER" -p"$MYPASS" -N -B "$MYDB" "$@"; }
 topic="bench.$MYDB.orders"
 marker="bench.$MYDB.cdc_prime"
