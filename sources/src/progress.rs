@@ -5,7 +5,8 @@
 //! database's own statistics: Postgres sums `pg_class.reltuples`). The pipeline hands one
 //! to the source in its [`crate::SourceContext`] and renders it (progress bar on a
 //! terminal, log lines and metrics otherwise); when no reporter is attached the snapshot
-//! logs an info line every few seconds itself ([`log_progress`]).
+//! logs an info line every few seconds itself ([`log_progress`]). [`join_readers`] is how
+//! both sources wait for their snapshot readers.
 //!
 //! Invariants: counters are cumulative for one snapshot and reset when the next begins;
 //! they are updated once per batch, not per row, with relaxed atomics, so a
@@ -158,4 +159,28 @@ pub fn log_progress(v: &ProgressView) {
         tables = v.tables,
         "snapshot in progress"
     );
+}
+
+/// Waits for every snapshot reader task: the first error wins and aborts the others (a
+/// reader that panicked is reported as such, a definite error).
+pub async fn join_readers(
+    workers: &mut tokio::task::JoinSet<Result<(), crate::SourceError>>,
+) -> Result<(), crate::SourceError> {
+    let mut result = Ok(());
+    while let Some(r) = workers.join_next().await {
+        let r = r.unwrap_or_else(|e| {
+            Err(crate::SourceError::definite(
+                "snapshot reader",
+                e.to_string(),
+                "report this as a bug",
+            ))
+        });
+        if let Err(e) = r {
+            if result.is_ok() {
+                result = Err(e);
+            }
+            workers.abort_all();
+        }
+    }
+    result
 }

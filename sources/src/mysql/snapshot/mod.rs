@@ -251,22 +251,7 @@ pub async fn run_snapshot(
             Ok::<(), SourceError>(())
         });
     }
-    let mut result = Ok(());
-    while let Some(r) = workers.join_next().await {
-        let r = r.unwrap_or_else(|e| {
-            Err(SourceError::definite(
-                "snapshot reader",
-                e.to_string(),
-                "report this as a bug",
-            ))
-        });
-        if let Err(e) = r {
-            if result.is_ok() {
-                result = Err(e);
-            }
-            workers.abort_all();
-        }
-    }
+    let mut result = crate::progress::join_readers(&mut workers).await;
     if let Some(l) = logger {
         l.abort();
     }
