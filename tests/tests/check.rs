@@ -509,6 +509,8 @@ async fn mariadb_correct_setup_passes() {
         "{}",
         run.stdout
     );
+    // The read-only cdc user sees the primary key (MariaDB hides TABLE_CONSTRAINTS from it).
+    assert!(!run.stdout.contains("no primary key"), "{}", run.stdout);
 }
 
 #[tokio::test]

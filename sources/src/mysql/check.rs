@@ -260,12 +260,14 @@ async fn checks(
         Some(s) => r.info("binlog_retention", format!("binlogs are kept {}", human_secs(s))),
     }
 
-    // Tables.
+    // Tables. The primary key from STATISTICS: MariaDB shows TABLE_CONSTRAINTS rows only to
+    // a user with more than SELECT on the table (a read-only cdc user saw every table as
+    // keyless).
     let rows: Vec<(String, String, String, i64)> = conn
         .query(
             "SELECT t.TABLE_SCHEMA, t.TABLE_NAME, t.TABLE_TYPE, \
-                    (SELECT COUNT(*) FROM information_schema.TABLE_CONSTRAINTS c \
-                     WHERE c.TABLE_SCHEMA = t.TABLE_SCHEMA AND c.TABLE_NAME = t.TABLE_NAME AND c.CONSTRAINT_TYPE = 'PRIMARY KEY') \
+                    (SELECT COUNT(*) FROM information_schema.STATISTICS c \
+                     WHERE c.TABLE_SCHEMA = t.TABLE_SCHEMA AND c.TABLE_NAME = t.TABLE_NAME AND c.INDEX_NAME = 'PRIMARY') \
              FROM information_schema.TABLES t \
              WHERE t.TABLE_SCHEMA NOT IN ('mysql', 'information_schema', 'performance_schema', 'sys') \
              ORDER BY 1, 2",
