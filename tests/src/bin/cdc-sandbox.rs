@@ -9,12 +9,14 @@
 //!
 //! `cdc-sandbox` runs for 20 seconds (`--seconds N` to change) and stops the server;
 //! `cdc-sandbox --keep` keeps everything running until Ctrl-C and prints how to reach it.
+//! `--mariadb` does the same with a private MariaDB (row binlog) and a `type = "mysql"`
+//! source instead of Postgres.
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use cdc_connector::config::Config;
-use cdc_harness::PgServer;
+use cdc_harness::{MariaDbServer, PgServer};
 
 const SCHEMA: &str = "
 CREATE TABLE public.customers (
@@ -37,9 +39,31 @@ INSERT INTO public.orders (customer_id, status, amount)
     FROM generate_series(1, 1000) g;
 ";
 
+/// The same shop for MariaDB (run in the sandbox's database).
+const MY_SCHEMA: &str = "
+CREATE TABLE customers (
+    id         bigint AUTO_INCREMENT PRIMARY KEY,
+    name       varchar(100) NOT NULL,
+    email      varchar(100) UNIQUE,
+    created_at timestamp(6) NOT NULL DEFAULT current_timestamp(6)
+) ENGINE=InnoDB;
+CREATE TABLE orders (
+    id          bigint AUTO_INCREMENT PRIMARY KEY,
+    customer_id bigint NOT NULL REFERENCES customers(id),
+    status      varchar(20) NOT NULL DEFAULT 'new',
+    amount      decimal(12,2) NOT NULL,
+    placed_at   timestamp(6) NOT NULL DEFAULT current_timestamp(6)
+) ENGINE=InnoDB;
+INSERT INTO customers (name, email)
+    SELECT concat('customer ', seq), concat('c', seq, '@example.com') FROM seq_1_to_100;
+INSERT INTO orders (customer_id, status, amount)
+    SELECT 1 + seq % 100, elt(1 + seq % 3, 'new', 'paid', 'shipped'), seq * 7.31 FROM seq_1_to_1000;
+";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let keep = args.iter().any(|a| a == "--keep");
+    let mariadb = args.iter().any(|a| a == "--mariadb");
     let seconds: u64 = args
         .iter()
         .position(|a| a == "--seconds")
@@ -47,7 +71,12 @@ fn main() -> ExitCode {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
-    match rt.block_on(run(keep, seconds)) {
+    let result = if mariadb {
+        rt.block_on(run_mariadb(keep, seconds))
+    } else {
+        rt.block_on(run(keep, seconds))
+    };
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -94,7 +123,11 @@ async fn run(keep: bool, seconds: u64) -> anyhow::Result<bool> {
     let printer = std::thread::spawn({
         let dir = log_dir.clone();
         let stop = stop_printer.clone();
-        move || print_changes(&dir, &stop)
+        let topics = vec![
+            "shop.public.customers".to_string(),
+            "shop.public.orders".to_string(),
+        ];
+        move || print_changes(&dir, &topics, &stop)
     });
     if keep {
         eprintln!(
@@ -123,6 +156,104 @@ async fn run(keep: bool, seconds: u64) -> anyhow::Result<bool> {
     Ok(report.ok())
 }
 
+/// The MariaDB variant of [`run`]: the same shop, workload and printing.
+async fn run_mariadb(keep: bool, seconds: u64) -> anyhow::Result<bool> {
+    eprintln!("starting a private MariaDB (row binlog) on a free loopback port...");
+    let my = MariaDbServer::start(Default::default()).context("starting the sandbox MariaDB")?;
+    let db = my.create_database().await?;
+    my.execute(&format!("USE {db}; {MY_SCHEMA}")).await?;
+    let url = my.url("cdc", cdc_harness::passwords::MARIADB_CDC, &db);
+    let log_dir = my.dir().join("cdc-log");
+    let config_text = format!(
+        "name = \"shop\"\n\n[source]\ntype = \"mysql\"\nurl = \"{url}?sslmode=disable\"\ntables = [\"{db}.customers\", \"{db}.orders\"]\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[format]\ndecimal_handling_mode = \"string\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        log_dir.display()
+    );
+    let config_path = my.dir().join("cdc.toml");
+    std::fs::write(&config_path, &config_text)?;
+    eprintln!(
+        "MariaDB is up at 127.0.0.1:{}, database {db:?} with tables customers (100 rows) and orders (1000 rows).",
+        my.port()
+    );
+    eprintln!(
+        "connector config ({}):\n\n{}",
+        config_path.display(),
+        config_text.replace(cdc_harness::passwords::MARIADB_CDC, "***")
+    );
+    let config = Config::from_parts(&config_path, &config_text, std::iter::empty())?;
+    let report = cdc_sources::check(&config.source_spec()).await;
+    print!("{}", report.render_text());
+    if !report.ok() {
+        eprintln!("the preflight checks failed; not starting the connector");
+        return Ok(false);
+    }
+    eprintln!("\nstarting the connector (as `cdc run --config {}`), with a live workload on {db}.orders...\n", config_path.display());
+    let connector = tokio::spawn(cdc_connector::pipeline::run::run(config));
+    // The connector's user may only read; the shop writes as root.
+    let workload = tokio::spawn(my_workload(my.url(
+        "root",
+        cdc_harness::passwords::MARIADB_ROOT,
+        &db,
+    )));
+    let stop_printer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let printer = std::thread::spawn({
+        let dir = log_dir.clone();
+        let stop = stop_printer.clone();
+        let topics = vec![format!("shop.{db}.customers"), format!("shop.{db}.orders")];
+        move || print_changes(&dir, &topics, &stop)
+    });
+    if keep {
+        eprintln!(
+            "The sandbox keeps running until Ctrl-C. Try, in another terminal:\n  cargo run -p cdc-connector --bin cdc -- log --dir {} topics\n  mariadb -h 127.0.0.1 -P {} -u root -p{} {db}\n",
+            log_dir.display(),
+            my.port(),
+            cdc_harness::passwords::MARIADB_ROOT,
+        );
+        tokio::signal::ctrl_c().await?;
+    } else {
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(seconds)) => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    workload.abort();
+    stop_printer.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = printer.join();
+    unsafe {
+        libc::kill(std::process::id() as i32, libc::SIGTERM);
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(15), connector).await;
+    eprintln!("stopping the sandbox (its data directory is removed)");
+    drop(my);
+    Ok(report.ok())
+}
+
+/// [`workload`] for MariaDB.
+async fn my_workload(url: String) {
+    use mysql_async::prelude::Queryable;
+    let Ok(opts) = mysql_async::Opts::from_url(&url) else {
+        return;
+    };
+    let Ok(mut conn) = mysql_async::Conn::new(opts).await else {
+        return;
+    };
+    let mut i: i64 = 0;
+    loop {
+        i += 1;
+        let _ = conn
+            .query_drop(format!(
+                "BEGIN;
+                 INSERT INTO orders (customer_id, amount) VALUES ({}, {}.99);
+                 UPDATE orders SET status = 'shipped' WHERE id = {};
+                 COMMIT;",
+                1 + i % 100,
+                10 + i % 90,
+                1 + (i * 37) % 1000
+            ))
+            .await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+}
+
 /// Inserts an order and updates another one's status every 300 ms.
 async fn workload(url: String) {
     let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await else {
@@ -148,9 +279,8 @@ async fn workload(url: String) {
 }
 
 /// Tails the log's order and customer topics, printing one line per change record.
-fn print_changes(dir: &std::path::Path, stop: &std::sync::atomic::AtomicBool) {
+fn print_changes(dir: &std::path::Path, topics: &[String], stop: &std::sync::atomic::AtomicBool) {
     use cdc_log::{Log, StartAt};
-    let topics = ["shop.public.customers", "shop.public.orders"];
     let mut readers = Vec::new();
     let mut shown_snapshot = 0u64;
     let mut holder: Option<Log> = None;
@@ -158,6 +288,7 @@ fn print_changes(dir: &std::path::Path, stop: &std::sync::atomic::AtomicBool) {
         if readers.is_empty() {
             if let Ok(log) = Log::open_read_only(dir) {
                 for t in topics {
+                    let t = t.as_str();
                     if let Ok(d) = log.describe(t) {
                         for p in 0..d.partitions.len() as u32 {
                             if let Ok(r) = log.reader(t, p, StartAt::Earliest) {
@@ -166,7 +297,7 @@ fn print_changes(dir: &std::path::Path, stop: &std::sync::atomic::AtomicBool) {
                         }
                     }
                 }
-                if readers.len() < 6 {
+                if readers.len() < 3 * topics.len() {
                     readers.clear();
                 } else {
                     holder = Some(log);
