@@ -91,23 +91,101 @@ async fn run(keep: bool, seconds: u64) -> anyhow::Result<bool> {
     let pg = PgServer::start(Default::default()).context("starting the sandbox Postgres")?;
     let db = pg.create_database().await?;
     pg.execute(&db, &format!("SET ROLE cdc; {SCHEMA}")).await?;
-    let url = pg.url("cdc", cdc_harness::passwords::PG_CDC, &db);
-    let log_dir = pg.dir().join("cdc-log");
-    let config_text = format!(
-        "name = \"shop\"\n\n[source]\ntype = \"postgres\"\nurl = \"{url}\"\ntables = [\"public.customers\", \"public.orders\"]\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[format]\ndecimal_handling_mode = \"string\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
-        log_dir.display()
-    );
-    let config_path = pg.dir().join("cdc.toml");
-    std::fs::write(&config_path, &config_text)?;
     eprintln!(
         "Postgres {} is up at 127.0.0.1:{}, database {db:?} with tables public.customers (100 rows) and public.orders (1000 rows).",
         pg.major_version(),
         pg.port()
     );
+    let url = pg.url("cdc", cdc_harness::passwords::PG_CDC, &db);
+    let ok = serve(
+        Shop {
+            dir: pg.dir().to_path_buf(),
+            source: format!("type = \"postgres\"\nurl = \"{url}\"\ntables = [\"public.customers\", \"public.orders\"]"),
+            secret: cdc_harness::passwords::PG_CDC,
+            namespace: "public".into(),
+            client: format!(
+                "psql 'postgres://postgres:{}@127.0.0.1:{}/{db}'",
+                cdc_harness::passwords::PG_SUPERUSER,
+                pg.port()
+            ),
+        },
+        workload(url),
+        keep,
+        seconds,
+    )
+    .await?;
+    drop(pg);
+    Ok(ok)
+}
+
+/// The MariaDB variant of [`run`]: the same shop, workload and printing.
+async fn run_mariadb(keep: bool, seconds: u64) -> anyhow::Result<bool> {
+    eprintln!("starting a private MariaDB (row binlog) on a free loopback port...");
+    let my = MariaDbServer::start(Default::default()).context("starting the sandbox MariaDB")?;
+    let db = my.create_database().await?;
+    my.execute(&format!("USE {db}; {MY_SCHEMA}")).await?;
+    eprintln!(
+        "MariaDB is up at 127.0.0.1:{}, database {db:?} with tables customers (100 rows) and orders (1000 rows).",
+        my.port()
+    );
+    let url = my.url("cdc", cdc_harness::passwords::MARIADB_CDC, &db);
+    let ok = serve(
+        Shop {
+            dir: my.dir().to_path_buf(),
+            source: format!("type = \"mysql\"\nurl = \"{url}?sslmode=disable\"\ntables = [\"{db}.customers\", \"{db}.orders\"]"),
+            secret: cdc_harness::passwords::MARIADB_CDC,
+            namespace: db.clone(),
+            client: format!(
+                "mariadb -h 127.0.0.1 -P {} -u root -p{} {db}",
+                my.port(),
+                cdc_harness::passwords::MARIADB_ROOT
+            ),
+        },
+        // The connector's user may only read; the shop writes as root.
+        my_workload(my.url("root", cdc_harness::passwords::MARIADB_ROOT, &db)),
+        keep,
+        seconds,
+    )
+    .await?;
+    drop(my);
+    Ok(ok)
+}
+
+/// A sandbox database with the shop in it, as [`serve`] needs it.
+struct Shop {
+    /// The server's directory: the config and the log go there.
+    dir: std::path::PathBuf,
+    /// The `[source]` keys.
+    source: String,
+    /// The connector's password, masked when the config is printed.
+    secret: &'static str,
+    /// The schema (Postgres) or database (MariaDB) of the shop's tables.
+    namespace: String,
+    /// How to reach the database by hand (printed with `--keep`).
+    client: String,
+}
+
+/// Writes the config, runs the preflight checks, then the connector (as `cdc run`) with
+/// `workload` running beside it, prints the change records until the time is up (or
+/// Ctrl-C), and stops the connector like SIGTERM.
+async fn serve(
+    shop: Shop,
+    workload: impl std::future::Future<Output = ()> + Send + 'static,
+    keep: bool,
+    seconds: u64,
+) -> anyhow::Result<bool> {
+    let log_dir = shop.dir.join("cdc-log");
+    let config_text = format!(
+        "name = \"shop\"\n\n[source]\n{}\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[format]\ndecimal_handling_mode = \"string\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        shop.source,
+        log_dir.display()
+    );
+    let config_path = shop.dir.join("cdc.toml");
+    std::fs::write(&config_path, &config_text)?;
     eprintln!(
         "connector config ({}):\n\n{}",
         config_path.display(),
-        config_text.replace(cdc_harness::passwords::PG_CDC, "***")
+        config_text.replace(shop.secret, "***")
     );
     let config = Config::from_parts(&config_path, &config_text, std::iter::empty())?;
     let report = cdc_sources::check(&config.source_spec()).await;
@@ -116,25 +194,28 @@ async fn run(keep: bool, seconds: u64) -> anyhow::Result<bool> {
         eprintln!("the preflight checks failed; not starting the connector");
         return Ok(false);
     }
-    eprintln!("\nstarting the connector (as `cdc run --config {}`), with a live workload on public.orders...\n", config_path.display());
+    eprintln!(
+        "\nstarting the connector (as `cdc run --config {}`), with a live workload on {}.orders...\n",
+        config_path.display(),
+        shop.namespace
+    );
     let connector = tokio::spawn(cdc_connector::pipeline::run::run(config));
-    let workload = tokio::spawn(workload(pg.url("cdc", cdc_harness::passwords::PG_CDC, &db)));
+    let workload = tokio::spawn(workload);
     let stop_printer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let printer = std::thread::spawn({
         let dir = log_dir.clone();
         let stop = stop_printer.clone();
         let topics = vec![
-            "shop.public.customers".to_string(),
-            "shop.public.orders".to_string(),
+            format!("shop.{}.customers", shop.namespace),
+            format!("shop.{}.orders", shop.namespace),
         ];
         move || print_changes(&dir, &topics, &stop)
     });
     if keep {
         eprintln!(
-            "The sandbox keeps running until Ctrl-C. Try, in another terminal:\n  cargo run -p cdc-connector --bin cdc -- log --dir {} topics\n  psql 'postgres://postgres:{}@127.0.0.1:{}/{db}'\n",
+            "The sandbox keeps running until Ctrl-C. Try, in another terminal:\n  cargo run -p cdc-connector --bin cdc -- log --dir {} topics\n  {}\n",
             log_dir.display(),
-            cdc_harness::passwords::PG_SUPERUSER,
-            pg.port()
+            shop.client
         );
         tokio::signal::ctrl_c().await?;
     } else {
@@ -152,78 +233,6 @@ async fn run(keep: bool, seconds: u64) -> anyhow::Result<bool> {
     }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(15), connector).await;
     eprintln!("stopping the sandbox (its data directory is removed)");
-    drop(pg);
-    Ok(report.ok())
-}
-
-/// The MariaDB variant of [`run`]: the same shop, workload and printing.
-async fn run_mariadb(keep: bool, seconds: u64) -> anyhow::Result<bool> {
-    eprintln!("starting a private MariaDB (row binlog) on a free loopback port...");
-    let my = MariaDbServer::start(Default::default()).context("starting the sandbox MariaDB")?;
-    let db = my.create_database().await?;
-    my.execute(&format!("USE {db}; {MY_SCHEMA}")).await?;
-    let url = my.url("cdc", cdc_harness::passwords::MARIADB_CDC, &db);
-    let log_dir = my.dir().join("cdc-log");
-    let config_text = format!(
-        "name = \"shop\"\n\n[source]\ntype = \"mysql\"\nurl = \"{url}?sslmode=disable\"\ntables = [\"{db}.customers\", \"{db}.orders\"]\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[format]\ndecimal_handling_mode = \"string\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
-        log_dir.display()
-    );
-    let config_path = my.dir().join("cdc.toml");
-    std::fs::write(&config_path, &config_text)?;
-    eprintln!(
-        "MariaDB is up at 127.0.0.1:{}, database {db:?} with tables customers (100 rows) and orders (1000 rows).",
-        my.port()
-    );
-    eprintln!(
-        "connector config ({}):\n\n{}",
-        config_path.display(),
-        config_text.replace(cdc_harness::passwords::MARIADB_CDC, "***")
-    );
-    let config = Config::from_parts(&config_path, &config_text, std::iter::empty())?;
-    let report = cdc_sources::check(&config.source_spec()).await;
-    print!("{}", report.render_text());
-    if !report.ok() {
-        eprintln!("the preflight checks failed; not starting the connector");
-        return Ok(false);
-    }
-    eprintln!("\nstarting the connector (as `cdc run --config {}`), with a live workload on {db}.orders...\n", config_path.display());
-    let connector = tokio::spawn(cdc_connector::pipeline::run::run(config));
-    // The connector's user may only read; the shop writes as root.
-    let workload = tokio::spawn(my_workload(my.url(
-        "root",
-        cdc_harness::passwords::MARIADB_ROOT,
-        &db,
-    )));
-    let stop_printer = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let printer = std::thread::spawn({
-        let dir = log_dir.clone();
-        let stop = stop_printer.clone();
-        let topics = vec![format!("shop.{db}.customers"), format!("shop.{db}.orders")];
-        move || print_changes(&dir, &topics, &stop)
-    });
-    if keep {
-        eprintln!(
-            "The sandbox keeps running until Ctrl-C. Try, in another terminal:\n  cargo run -p cdc-connector --bin cdc -- log --dir {} topics\n  mariadb -h 127.0.0.1 -P {} -u root -p{} {db}\n",
-            log_dir.display(),
-            my.port(),
-            cdc_harness::passwords::MARIADB_ROOT,
-        );
-        tokio::signal::ctrl_c().await?;
-    } else {
-        tokio::select! {
-            _ = tokio::time::sleep(std::time::Duration::from_secs(seconds)) => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    workload.abort();
-    stop_printer.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = printer.join();
-    unsafe {
-        libc::kill(std::process::id() as i32, libc::SIGTERM);
-    }
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(15), connector).await;
-    eprintln!("stopping the sandbox (its data directory is removed)");
-    drop(my);
     Ok(report.ok())
 }
 
