@@ -275,16 +275,11 @@ async fn added_column_appears_in_later_records() {
     ))
     .await
     .unwrap();
-    let deadline = std::time::Instant::now() + T;
-    let recs = loop {
-        c.assert_running();
-        let recs = c.records();
-        if values(&recs).any(|v| v["op"] == "u" && v["after"]["id"] == 2) {
-            break recs;
-        }
-        assert!(std::time::Instant::now() < deadline, "{}", c.output());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let recs = c
+        .wait_until(T, |recs| {
+            values(recs).any(|v| v["op"] == "u" && v["after"]["id"] == 2)
+        })
+        .await;
     let before_ddl = values(&recs)
         .find(|v| v["op"] == "u" && v["after"]["id"] == 1)
         .unwrap();
@@ -355,16 +350,11 @@ async fn ddls_in_quick_succession_each_apply_at_their_place() {
     ))
     .await
     .unwrap();
-    let deadline = std::time::Instant::now() + T;
-    let recs = loop {
-        c.assert_running();
-        let recs = c.records();
-        if values(&recs).any(|v| v["op"] == "c" && v["after"]["id"] == 12) {
-            break recs;
-        }
-        assert!(std::time::Instant::now() < deadline, "{}", c.output());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let recs = c
+        .wait_until(T, |recs| {
+            values(recs).any(|v| v["op"] == "c" && v["after"]["id"] == 12)
+        })
+        .await;
     let find = |id: i64| {
         values(&recs)
             .find(|v| v["op"] == "c" && v["after"]["id"] == id)
@@ -496,16 +486,11 @@ async fn ddl_while_stopped_rows_before_it_keep_their_schema() {
     .await
     .unwrap();
     c.start();
-    let deadline = std::time::Instant::now() + T;
-    let recs = loop {
-        c.assert_running();
-        let recs = c.records();
-        if values(&recs).any(|v| v["op"] == "c" && v["after"]["id"] == 21) {
-            break recs;
-        }
-        assert!(std::time::Instant::now() < deadline, "{}", c.output());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let recs = c
+        .wait_until(T, |recs| {
+            values(recs).any(|v| v["op"] == "c" && v["after"]["id"] == 21)
+        })
+        .await;
     let old = values(&recs)
         .find(|v| v["op"] == "c" && v["after"]["id"] == 20)
         .unwrap();
@@ -559,16 +544,10 @@ fn created(recs: &[Rec], id: i64) -> serde_json::Value {
 
 /// Waits until the log holds the create of `id`.
 async fn wait_created(c: &mut Connector, id: i64) -> Vec<Rec> {
-    let deadline = std::time::Instant::now() + T;
-    loop {
-        c.assert_running();
-        let recs = c.records();
-        if values(&recs).any(|v| v["op"] == "c" && v["after"]["id"] == id) {
-            return recs;
-        }
-        assert!(std::time::Instant::now() < deadline, "{}", c.output());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    c.wait_until(T, |recs| {
+        values(recs).any(|v| v["op"] == "c" && v["after"]["id"] == id)
+    })
+    .await
 }
 
 /// The schema history records of a stopped connector, as JSON, in append order.

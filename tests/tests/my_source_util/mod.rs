@@ -439,6 +439,25 @@ pub fn metric(addr: &str, name: &str) -> Option<f64> {
 }
 
 impl Connector {
+    /// Waits until the log's records satisfy `done` (the connector must keep running);
+    /// returns them.
+    pub async fn wait_until(
+        &mut self,
+        timeout: Duration,
+        done: impl Fn(&[Rec]) -> bool,
+    ) -> Vec<Rec> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.assert_running();
+            let recs = self.records();
+            if done(&recs) {
+                return recs;
+            }
+            assert!(Instant::now() < deadline, "{}", self.output());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Waits until the connector has opened its binlog stream (after its snapshot).
     pub async fn wait_streaming(&mut self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
