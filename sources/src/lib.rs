@@ -124,6 +124,32 @@ pub struct SourceContext {
     pub history: Option<Arc<dyn history::SchemaHistoryStore>>,
 }
 
+impl SourceContext {
+    /// The end of a source run: drops the batch sender (the pipeline sees the end) and
+    /// waits, bounded, while the durable position still moves, so that what was sent has
+    /// a chance to become durable. 30 s after a clean end; after an error only 2 s: a
+    /// pipeline waiting for disk drains nothing until it learns that the source ended
+    /// (the supervisor tells it once the source returns), and what is not durable now is
+    /// read again by the next attempt from the log's checkpoint. Returns the handle, for
+    /// the final position.
+    pub async fn drain(self, failed: bool) -> Durable {
+        let SourceContext {
+            batches,
+            mut durable,
+            ..
+        } = self;
+        drop(batches);
+        let drain = std::time::Duration::from_secs(if failed { 2 } else { 30 });
+        let deadline = tokio::time::Instant::now() + drain;
+        while tokio::time::timeout_at(deadline, durable.changed())
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false)
+        {}
+        durable
+    }
+}
+
 /// A failure of a source, classified for the supervisor: [`Failure`]'s transient /
 /// definite split, with the underlying error kept as its `source()`.
 pub type SourceError = Failure;

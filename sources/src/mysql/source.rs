@@ -317,24 +317,8 @@ async fn run(cfg: MySqlSourceConfig, mut ctx: SourceContext) -> Result<(), Sourc
         }
     };
     retention.stop().await;
-    // Let the pipeline drain what we sent (bounded; briefly after an error: what is not
-    // durable is read again by the next attempt from the log's checkpoint).
-    let SourceContext {
-        batches, durable, ..
-    } = ctx;
-    drop(batches);
-    let mut durable = durable;
-    let drain = if result.is_err() {
-        Duration::from_secs(2)
-    } else {
-        Duration::from_secs(30)
-    };
-    let deadline = tokio::time::Instant::now() + drain;
-    while tokio::time::timeout_at(deadline, durable.changed())
-        .await
-        .map(|r| r.is_ok())
-        .unwrap_or(false)
-    {}
+    // Let the pipeline drain what we sent.
+    let durable = ctx.drain(result.is_err()).await;
     if let Some(p) = durable.position_with(|p| Some(p.to_string())) {
         tracing::info!(position = %p, "source stopped; durable position");
     }

@@ -356,26 +356,8 @@ pub(super) async fn stream(
     drop(spill.take());
     drop(dec);
     monitor.abort();
-    // Let the pipeline drain what we sent, then confirm the final durable position. After
-    // an error only briefly: a pipeline waiting for disk drains nothing until it learns
-    // that the source has ended (the supervisor tells it once this returns), and what is
-    // not confirmed now is read again by the next attempt from the log's checkpoint.
-    let SourceContext {
-        batches, durable, ..
-    } = ctx;
-    drop(batches);
-    let mut durable = durable;
-    let drain = if result.is_err() {
-        Duration::from_secs(2)
-    } else {
-        Duration::from_secs(30)
-    };
-    let deadline = tokio::time::Instant::now() + drain;
-    while tokio::time::timeout_at(deadline, durable.changed())
-        .await
-        .map(|r| r.is_ok())
-        .unwrap_or(false)
-    {}
+    // Let the pipeline drain what we sent, then confirm the final durable position.
+    let durable = ctx.drain(result.is_err()).await;
     // The stream's last status update reads the handle: it confirms this position.
     stream.stop().await;
     if let Some(lsn) = durable.position_with(durable_lsn) {
