@@ -184,3 +184,28 @@ pub async fn join_readers(
     }
     result
 }
+
+/// The end of a snapshot's reading, for both sources: stops the `logger` of
+/// [`spawn_logger`], marks the progress ended, and on success logs the totals and returns
+/// the rows read.
+pub(crate) fn end_snapshot(
+    progress: &SnapshotProgress,
+    logger: Option<JoinHandle<()>>,
+    started: Instant,
+    result: Result<(), crate::SourceError>,
+) -> Result<u64, crate::SourceError> {
+    if let Some(l) = logger {
+        l.abort();
+    }
+    progress.end();
+    result?;
+    let view = progress.view();
+    tracing::info!(
+        rows = view.rows,
+        tables = view.tables,
+        secs = started.elapsed().as_secs_f64(),
+        rows_per_sec = view.rows_per_sec() as u64,
+        "snapshot read every table"
+    );
+    Ok(view.rows)
+}

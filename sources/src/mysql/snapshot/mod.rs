@@ -252,26 +252,14 @@ pub async fn run_snapshot(
         });
     }
     let mut result = crate::progress::join_readers(&mut workers).await;
-    if let Some(l) = logger {
-        l.abort();
-    }
     if result.is_ok() {
         result = seq.finish().await;
     }
-    progress.end();
-    result?;
-    let view = progress.view();
-    tracing::info!(
-        rows = view.rows,
-        tables = view.tables,
-        secs = started.elapsed().as_secs_f64(),
-        rows_per_sec = view.rows_per_sec() as u64,
-        "snapshot read every table"
-    );
+    let rows = crate::progress::end_snapshot(progress, logger, started, result)?;
     Ok(SnapshotDone {
         start,
         schemas,
-        rows: view.rows,
+        rows,
     })
 }
 
