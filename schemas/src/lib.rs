@@ -20,10 +20,12 @@
 //! sinks translate out of it.
 
 pub mod compat;
+pub mod config_keys;
 pub mod decimal;
 pub mod encode;
 pub mod event;
 pub mod failure;
+pub mod filter;
 pub mod gtid;
 pub mod metrics;
 pub mod position;

@@ -49,7 +49,7 @@ pub mod check;
 pub mod config;
 pub mod dburl;
 pub mod durable;
-pub mod filter;
+pub use cdc_schemas::filter;
 pub mod history;
 pub mod keys;
 pub mod mysql;

@@ -1,9 +1,9 @@
-//! Which tables are captured: include and exclude patterns over `schema.table`
+//! Which tables are captured (sources) or applied (sinks): include and exclude patterns over `schema.table`
 //! (MySQL: `database.table`). `*` matches any run of characters, `?` one character;
 //! matching is case-sensitive, as Postgres identifiers are once created. An empty include
 //! list means every table; an exclude match always wins.
 
-use cdc_schemas::TableId;
+use crate::TableId;
 
 #[derive(Clone, Debug, Default)]
 pub struct TableFilter {
