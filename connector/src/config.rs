@@ -46,6 +46,9 @@ pub struct Config {
     pub snapshot: SnapshotConfig,
     /// `[[routing]]`: topic routing rules, tried in order.
     pub routing: Vec<RouteConfig>,
+    /// `[[sink]]`: sinks run inside `cdc run` (or alone, `cdc sink --sink NAME`); each
+    /// section's keys belong to the sinks crate (common ones and the target's own).
+    pub sinks: Vec<cdc_sinks::SinkSpec>,
 }
 
 /// The file as serde reads it: `[source]` stays a table for [`SourceConfig::from_table`].
@@ -70,6 +73,9 @@ struct RawConfig {
     /// `[[routing]]`: topic routing rules.
     #[serde(default)]
     routing: Vec<RouteConfig>,
+    /// `[[sink]]`: read by [`cdc_sinks::SinkSpec::from_table`].
+    #[serde(default)]
+    sink: Vec<toml::Table>,
 }
 
 /// `[admin]`: health, readiness, metrics and the schema registry API.
@@ -156,6 +162,7 @@ pub fn known_keys() -> Vec<(&'static str, Vec<&'static str>)> {
         ("format", fields_of::<FormatConfig>().to_vec()),
         ("snapshot", fields_of::<SnapshotConfig>().to_vec()),
         ("routing", fields_of::<RouteConfig>().to_vec()),
+        ("sink", cdc_sinks::config::known_keys()),
     ]
 }
 
@@ -278,6 +285,25 @@ impl Config {
             ));
         }
         self.topic_router()?;
+        for (i, s) in self.sinks.iter().enumerate() {
+            for (j, t) in self.sinks[..i].iter().enumerate() {
+                if s.name() == t.name() {
+                    return Err((
+                        format!("sink[{i}].name"),
+                        format!(
+                            "{:?} is also the name of sink[{j}]: give every sink its own name",
+                            s.name()
+                        ),
+                    ));
+                }
+                if s.group() == t.group() {
+                    return Err((
+                        format!("sink[{i}].group"),
+                        format!("{:?} is also the group of sink[{j}]: two sinks in one group would each see only part of the records", s.group()),
+                    ));
+                }
+            }
+        }
         for (i, r) in self.routing.iter().enumerate() {
             if let Some(c) = r.replacement.chars().find(|c| {
                 !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '$' | '{' | '}'))
@@ -428,7 +454,14 @@ fn set_path(table: &mut toml::Table, key: &str, value: toml::Value) -> Result<()
 fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
     let raw = deserialize_raw(table)?;
     let source = SourceConfig::from_table(&raw.source, &raw.name)?;
+    let sinks = raw
+        .sink
+        .iter()
+        .enumerate()
+        .map(|(i, t)| cdc_sinks::SinkSpec::from_table(t, &raw.name, i))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Config {
+        sinks,
         name: raw.name,
         source,
         log: raw.log,

@@ -114,6 +114,19 @@ impl LogConsumer for EmbeddedConsumer {
         self.poll_now(max_bytes)
     }
 
+    fn lag(&self) -> u64 {
+        self.readers
+            .iter()
+            .map(|(t, r)| {
+                let committed = self
+                    .log
+                    .committed(&self.group, t, r.partition())
+                    .unwrap_or(r.position());
+                r.high_watermark().saturating_sub(committed)
+            })
+            .sum()
+    }
+
     async fn commit(&mut self, offsets: &[(TopicPartition, u64)]) -> Result<(), SinkError> {
         for (tp, offset) in offsets {
             self.log
@@ -128,8 +141,12 @@ impl LogConsumer for EmbeddedConsumer {
 mod tests {
     use super::*;
     use cdc_log::{LogOptions, NewRecord, TopicConfig};
-    use cdc_sinks::driver::{self, DriverOptions};
-    use cdc_sinks::{Delivery, Sink};
+    use cdc_schemas::filter::TableFilter;
+    use cdc_schemas::metrics::Metrics;
+    use cdc_sinks::driver::{self, DriverOptions, Prepare};
+    use cdc_sinks::metrics::SinkMetrics;
+    use cdc_sinks::view::ColumnMap;
+    use cdc_sinks::{Change, DeadLetters, Delivered, Sink};
     use tokio::sync::watch;
 
     /// A sink that keeps what it was given, and fails the way a target can: it takes a
@@ -142,23 +159,29 @@ mod tests {
     }
 
     impl Sink for Collect {
-        async fn deliver(&mut self, records: &[SinkRecord]) -> Result<Delivery, SinkError> {
+        async fn deliver(&mut self, changes: &[Change]) -> Result<Delivered, SinkError> {
             self.calls += 1;
             let take = match self.calls {
-                1 => 3.min(records.len()),
+                1 => 3.min(changes.len()),
                 2 => return Err(SinkError::transient("test target", "restarting")),
-                _ => records.len(),
+                _ => changes.len(),
             };
             self.got
-                .extend(records[..take].iter().map(|r| (r.partition, r.offset)));
+                .extend(changes[..take].iter().map(|c| (c.partition, c.offset)));
             if self.got.len() >= self.stop_after {
                 let _ = self.stop.send(true);
             }
-            Ok(if take == records.len() {
-                Delivery::All
-            } else {
-                Delivery::Prefix(take)
+            Ok(Delivered {
+                upto: take,
+                rejected: Vec::new(),
             })
+        }
+    }
+
+    struct NoLetters;
+    impl DeadLetters for NoLetters {
+        async fn send(&mut self, records: &[(SinkRecord, String)]) -> Result<(), SinkError> {
+            panic!("no record should be refused: {records:?}")
         }
     }
 
@@ -173,14 +196,41 @@ mod tests {
             )
             .unwrap();
         for i in 0..n {
-            let v = i.to_string();
+            let k = format!(r#"{{"id":{i}}}"#);
+            let v = format!(
+                r#"{{"before":null,"after":{{"id":{i}}},"source":{{"schema":"public","table":"t"}},"op":"c"}}"#
+            );
             t.append(
                 (i % 2) as u32,
-                &[NewRecord::new(None, Some(v.as_bytes()), 0)],
+                &[NewRecord::new(Some(k.as_bytes()), Some(v.as_bytes()), 0)],
             )
             .unwrap();
         }
         log.flush(None).unwrap();
+    }
+
+    async fn drive(
+        consumer: &mut EmbeddedConsumer,
+        sink: &mut Collect,
+        stop: watch::Receiver<bool>,
+    ) -> driver::DriverStats {
+        let opts = DriverOptions {
+            min_backoff: Duration::from_millis(10),
+            ..DriverOptions::default()
+        };
+        let mut prepare = Prepare::new(None, TableFilter::default(), ColumnMap::default(), false);
+        let metrics = SinkMetrics::new(&Metrics::default(), "test");
+        driver::run(
+            consumer,
+            sink,
+            &mut NoLetters,
+            &mut prepare,
+            &metrics,
+            stop,
+            &opts,
+        )
+        .await
+        .unwrap()
     }
 
     #[tokio::test(flavor = "multi_thread")]
@@ -196,13 +246,8 @@ mod tests {
             stop,
         };
         let mut consumer = EmbeddedConsumer::new(&log, "g", &["t"], ResetPolicy::Earliest).unwrap();
-        let opts = DriverOptions {
-            min_backoff: Duration::from_millis(10),
-            ..DriverOptions::default()
-        };
-        let stats = driver::run(&mut consumer, &mut sink, stop_rx, &opts)
-            .await
-            .unwrap();
+        assert_eq!(consumer.lag(), 20);
+        let stats = drive(&mut consumer, &mut sink, stop_rx).await;
         assert_eq!(stats.delivered, 20);
         assert_eq!(stats.retries, 1, "the transient failure was retried once");
         // Every record once, in offset order within each partition.
@@ -217,6 +262,7 @@ mod tests {
         }
         assert_eq!(log.committed("g", "t", 0), Some(10));
         assert_eq!(log.committed("g", "t", 1), Some(10));
+        assert_eq!(consumer.lag(), 0);
 
         // More records; a new consumer of the same group (a restart) starts after the
         // delivered ones and sees only the new records.
@@ -229,9 +275,7 @@ mod tests {
             stop,
         };
         let mut consumer = EmbeddedConsumer::new(&log, "g", &["t"], ResetPolicy::Earliest).unwrap();
-        driver::run(&mut consumer, &mut sink, stop_rx, &opts)
-            .await
-            .unwrap();
+        drive(&mut consumer, &mut sink, stop_rx).await;
         let mut got = sink.got.clone();
         got.sort();
         assert_eq!(got, vec![(0, 10), (0, 11), (1, 10), (1, 11)]);

@@ -1,23 +1,35 @@
-//! The loop every sink runs: poll the log, deliver, commit what was delivered.
+//! The loop every sink runs: poll the log, decode the records into changes, deliver them,
+//! send what the target refused to the dead-letter topic, commit what was delivered.
 //!
 //! Invariants: a group's committed offset for a partition is always one past a record
-//! the sink reported delivered, or where it was; records are delivered in log order per
-//! partition, each undelivered record again (and before anything after it) until it is;
-//! a transient failure is retried with backoff (0.5 s doubling to 30 s) from the same
-//! place, and logged once per streak; a definite one returns.
+//! whose effect is durable in the target (or that was skipped: a tombstone, a table the
+//! sink does not apply, a record now durable in the dead-letter topic), or where it was;
+//! changes are delivered in log order per partition, each undelivered change again (and
+//! before anything after it) until it is; a transient failure is retried with backoff
+//! (0.5 s doubling to 30 s) from the same place and logged once per streak; a definite
+//! one returns. Records held while the sink asks for more (a transaction not yet
+//! complete) are bounded by [`DriverOptions::max_pending_bytes`].
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use cdc_schemas::filter::TableFilter;
+use cdc_schemas::registry::SchemaRegistry;
 use tokio::sync::watch;
 
-use crate::{Delivery, LogConsumer, Sink, SinkError, SinkRecord, TopicPartition};
+use crate::change::{Change, DecodeError, Decoded, Decoder, Op};
+use crate::metrics::SinkMetrics;
+use crate::view::ColumnMap;
+use crate::{DeadLetters, LogConsumer, Sink, SinkError, SinkRecord, TopicPartition};
 
-/// How the driver reads and retries.
+/// How the driver reads, prepares and retries.
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
     /// Bytes of records asked of the log per poll.
     pub max_poll_bytes: usize,
+    /// Bound on the bytes of records read but not yet delivered.
+    pub max_pending_bytes: usize,
     /// How long a poll waits for records before the loop looks at shutdown again.
     pub poll_wait: Duration,
     pub min_backoff: Duration,
@@ -28,6 +40,7 @@ impl Default for DriverOptions {
     fn default() -> Self {
         DriverOptions {
             max_poll_bytes: 1 << 20,
+            max_pending_bytes: 8 << 20,
             poll_wait: Duration::from_millis(500),
             min_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
@@ -35,64 +48,253 @@ impl Default for DriverOptions {
     }
 }
 
+/// What turns records into the changes a sink applies.
+pub struct Prepare {
+    pub decoder: Decoder,
+    pub tables: TableFilter,
+    pub columns: ColumnMap,
+    /// Whether the sink wants transaction END records ([`Op::TxEnd`]).
+    pub tx_ends: bool,
+}
+
+impl Prepare {
+    pub fn new(
+        registry: Option<Arc<dyn SchemaRegistry>>,
+        tables: TableFilter,
+        columns: ColumnMap,
+        tx_ends: bool,
+    ) -> Self {
+        Prepare {
+            decoder: Decoder::new(registry),
+            tables,
+            columns,
+            tx_ends,
+        }
+    }
+
+    /// The change `r` holds for this sink, `None` when it holds none.
+    async fn prepare(&mut self, r: &SinkRecord) -> Result<Option<Change>, DecodeError> {
+        let mut c = match self.decoder.decode(r).await? {
+            Decoded::Skip => return Ok(None),
+            Decoded::Change(c) => *c,
+        };
+        if c.op == Op::TxEnd {
+            return Ok(self.tx_ends.then_some(c));
+        }
+        let id = cdc_schemas::TableId::new(c.schema.as_ref(), c.table.as_ref());
+        if !self.tables.includes(&id) {
+            return Ok(None);
+        }
+        self.columns.apply(&mut c);
+        Ok(Some(c))
+    }
+}
+
 /// What a driver run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DriverStats {
     pub delivered: u64,
+    pub dead_letters: u64,
     pub commits: u64,
     pub retries: u64,
 }
 
+/// Records read and not yet committed, with the changes decoded from them.
+#[derive(Default)]
+struct Pending {
+    records: Vec<SinkRecord>,
+    bytes: usize,
+    /// Records `..decoded` have been prepared.
+    decoded: usize,
+    changes: Vec<Change>,
+    /// For each change, the index of its record.
+    change_record: Vec<usize>,
+    /// Records that could not be decoded: index and why.
+    undecodable: Vec<(usize, String)>,
+}
+
+impl Pending {
+    fn push(&mut self, records: Vec<SinkRecord>) {
+        for r in &records {
+            self.bytes += r.key.as_ref().map_or(0, |k| k.len())
+                + r.value.as_ref().map_or(0, |v| v.len())
+                + 64;
+        }
+        self.records.extend(records);
+    }
+
+    /// Removes the first `n` records and the first `c` changes (those of the records).
+    fn drain(&mut self, n: usize, c: usize) {
+        for r in &self.records[..n] {
+            self.bytes = self.bytes.saturating_sub(
+                r.key.as_ref().map_or(0, |k| k.len())
+                    + r.value.as_ref().map_or(0, |v| v.len())
+                    + 64,
+            );
+        }
+        self.records.drain(..n);
+        self.decoded -= n;
+        self.changes.drain(..c);
+        self.change_record.drain(..c);
+        for i in &mut self.change_record {
+            *i -= n;
+        }
+        self.undecodable.retain(|(i, _)| *i >= n);
+        for (i, _) in &mut self.undecodable {
+            *i -= n;
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
 /// Runs `sink` over `consumer` until `shutdown` turns true (then returns `Ok`) or a
 /// definite error.
-pub async fn run<C: LogConsumer, S: Sink>(
+pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
     consumer: &mut C,
     sink: &mut S,
+    dead_letters: &mut D,
+    prepare: &mut Prepare,
+    metrics: &SinkMetrics,
     mut shutdown: watch::Receiver<bool>,
     opts: &DriverOptions,
 ) -> Result<DriverStats, SinkError> {
     let mut stats = DriverStats::default();
-    // Polled but not yet delivered, in log order.
-    let mut pending: Vec<SinkRecord> = Vec::new();
-    let mut retry = Retry::new(opts);
+    let mut p = Pending::default();
+    let mut retry = Retry::new(opts, metrics);
+    // Whether the sink asked for more records before it can deliver what it has.
+    let mut wants_more = true;
+    let mut last_applied_ms: Option<i64> = None;
+    metrics.up.set(1);
     loop {
         if *shutdown.borrow() {
             return Ok(stats);
         }
-        if pending.is_empty() {
+        let lag = consumer.lag();
+        metrics.lag_records.set(lag);
+        metrics.lag_ms.set(match (lag, last_applied_ms) {
+            (0, _) => 0,
+            (_, Some(t)) => (now_ms() - t).max(0) as u64,
+            (_, None) => 0,
+        });
+        if (wants_more || p.records.is_empty()) && p.bytes < opts.max_pending_bytes {
+            // With records in hand, only take what is already there.
+            let wait = if p.changes.is_empty() {
+                opts.poll_wait
+            } else {
+                Duration::from_millis(50)
+            };
             let polled = tokio::select! {
                 // Biased: a shutdown is noticed before another poll starts waiting.
                 biased;
                 _ = shutdown.changed() => continue,
-                r = consumer.poll(opts.max_poll_bytes, opts.poll_wait) => r,
+                r = consumer.poll(opts.max_poll_bytes, wait) => r,
             };
             match polled {
-                Ok(records) => pending = records,
+                Ok(records) => p.push(records),
                 Err(e) => {
                     retry.after(e, &mut stats, &mut shutdown).await?;
                     continue;
                 }
             }
-            if pending.is_empty() {
-                continue;
-            }
         }
-        let n = match sink.deliver(&pending).await {
-            Ok(Delivery::All) => pending.len(),
-            Ok(Delivery::Prefix(0)) => {
-                let e = SinkError::transient("sink", "delivered nothing of the batch");
-                retry.after(e, &mut stats, &mut shutdown).await?;
+        // Prepare what was read.
+        while p.decoded < p.records.len() {
+            let i = p.decoded;
+            match prepare.prepare(&p.records[i]).await {
+                Ok(Some(c)) => {
+                    p.changes.push(c);
+                    p.change_record.push(i);
+                }
+                Ok(None) => {}
+                Err(DecodeError::Malformed(why)) => p.undecodable.push((i, why)),
+                Err(DecodeError::Registry(e)) => {
+                    retry.after(e, &mut stats, &mut shutdown).await?;
+                    break;
+                }
+            }
+            p.decoded += 1;
+        }
+        if p.decoded == 0 {
+            continue;
+        }
+        let (n_records, n_changes, mut letters) = if p.changes.is_empty() {
+            // Nothing to apply in what was read: it is all passed over.
+            (p.decoded, 0, Vec::new())
+        } else {
+            let d = match sink.deliver(&p.changes).await {
+                Ok(d) => d,
+                Err(e) => {
+                    retry.after(e, &mut stats, &mut shutdown).await?;
+                    continue;
+                }
+            };
+            let upto = d.upto.min(p.changes.len());
+            if upto == 0 {
+                // The sink waits for more (the rest of a transaction); when no more can
+                // be held, or nothing more came, back off a little.
+                if p.bytes >= opts.max_pending_bytes {
+                    sink.must_progress();
+                }
+                if p.bytes >= opts.max_pending_bytes || !wants_more {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                wants_more = true;
                 continue;
             }
-            Ok(Delivery::Prefix(n)) => n.min(pending.len()),
-            Err(e) => {
-                retry.after(e, &mut stats, &mut shutdown).await?;
-                continue;
-            }
+            let n_records = if upto == p.changes.len() {
+                p.decoded
+            } else {
+                p.change_record[upto]
+            };
+            let mut letters: Vec<(SinkRecord, String)> = d
+                .rejected
+                .into_iter()
+                .filter(|(i, _)| *i < upto)
+                .map(|(i, why)| (p.records[p.change_record[i]].clone(), why))
+                .collect();
+            letters.sort_by_key(|(r, _)| (r.topic.clone(), r.partition, r.offset));
+            wants_more = upto < p.changes.len();
+            (n_records, upto, letters)
         };
-        let offsets = next_offsets(&pending[..n]);
-        // The commit is retried on its own: the records are delivered, and delivering
-        // them again would be a needless replay.
+        letters.extend(
+            p.undecodable
+                .iter()
+                .filter(|(i, _)| *i < n_records)
+                .map(|(i, why)| (p.records[*i].clone(), why.clone())),
+        );
+        if !letters.is_empty() {
+            loop {
+                match dead_letters.send(&letters).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        retry.after(e, &mut stats, &mut shutdown).await?;
+                        if *shutdown.borrow() {
+                            return Ok(stats);
+                        }
+                    }
+                }
+            }
+            for (r, why) in &letters {
+                tracing::warn!(
+                    topic = %r.topic,
+                    partition = r.partition,
+                    offset = r.offset,
+                    error = %why,
+                    "sink: record sent to the dead-letter topic"
+                );
+            }
+            stats.dead_letters += letters.len() as u64;
+            metrics.dead_letters.add(letters.len() as u64);
+        }
+        let offsets = next_offsets(&p.records[..n_records]);
+        // The commit is retried on its own: the changes are applied, and applying them
+        // again would be a needless replay.
         loop {
             match consumer.commit(&offsets).await {
                 Ok(()) => break,
@@ -104,9 +306,14 @@ pub async fn run<C: LogConsumer, S: Sink>(
                 }
             }
         }
-        stats.delivered += n as u64;
+        if let Some(last) = p.records[..n_records].iter().map(|r| r.timestamp_ms).max() {
+            last_applied_ms = Some(last);
+        }
+        stats.delivered += n_changes as u64;
         stats.commits += 1;
-        pending.drain(..n);
+        metrics.applied.add(n_changes as u64);
+        metrics.commits.inc();
+        p.drain(n_records, n_changes);
         retry.succeeded(&stats);
     }
 }
@@ -114,14 +321,16 @@ pub async fn run<C: LogConsumer, S: Sink>(
 /// Backoff over a streak of transient failures, logged once per streak.
 struct Retry<'a> {
     opts: &'a DriverOptions,
+    metrics: &'a SinkMetrics,
     backoff: Duration,
     streak: bool,
 }
 
 impl<'a> Retry<'a> {
-    fn new(opts: &'a DriverOptions) -> Self {
+    fn new(opts: &'a DriverOptions, metrics: &'a SinkMetrics) -> Self {
         Retry {
             opts,
+            metrics,
             backoff: opts.min_backoff,
             streak: false,
         }
@@ -135,13 +344,16 @@ impl<'a> Retry<'a> {
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), SinkError> {
         if !e.is_transient() {
+            self.metrics.up.set(0);
             return Err(e);
         }
         if !self.streak {
             tracing::warn!(error = %e, "sink: transient failure; retrying with backoff");
             self.streak = true;
+            self.metrics.up.set(0);
         }
         stats.retries += 1;
+        self.metrics.retries.inc();
         tokio::select! {
             _ = tokio::time::sleep(self.backoff) => {}
             _ = shutdown.changed() => {}
@@ -157,15 +369,16 @@ impl<'a> Retry<'a> {
                 "sink delivering again after transient failures"
             );
             self.streak = false;
+            self.metrics.up.set(1);
         }
         self.backoff = self.opts.min_backoff;
     }
 }
 
-/// Per partition, one past the last offset of `delivered`.
-fn next_offsets(delivered: &[SinkRecord]) -> Vec<(TopicPartition, u64)> {
+/// Per partition, one past the last offset of `records`.
+fn next_offsets(records: &[SinkRecord]) -> Vec<(TopicPartition, u64)> {
     let mut m: BTreeMap<TopicPartition, u64> = BTreeMap::new();
-    for r in delivered {
+    for r in records {
         let tp = TopicPartition {
             topic: r.topic.clone(),
             partition: r.partition,

@@ -1,30 +1,42 @@
-//! Sinks: consumers of the log that keep a target up to date (a cache, a search index,
-//! any Kafka consumer's view). Each sink is a consumer group of the log; one file set per
-//! sink (`sinks/src/<target>/`: config, check, deliver, metrics), written by analogy with
-//! the first.
+//! Sinks: consumers of the log that keep a target up to date (a cache, a search index).
+//! Each sink is a consumer group of the log; one file set per sink
+//! (`sinks/src/<target>/`: config, deliver, and what else the target needs), written by
+//! analogy with the first.
 //!
 //! # The contract
 //!
-//! - **Reading.** A sink reads the log through a [`LogConsumer`]: the embedded log and
+//! - **Reading.** A sink's records come through a [`LogConsumer`]: the embedded log and
 //!   Kafka both implement it (the connector provides them). Records come in offset order
 //!   per partition; records of different partitions are in no order relative to each
 //!   other, which is safe because all changes of one key are in one partition.
+//! - **Decoding.** The driver ([`driver::run`]) decodes each record's Debezium envelope
+//!   (JSON with or without schemas, or Avro in Confluent's wire format through the
+//!   registry) into a [`Change`] ([`change`]), keeps the tables the sink is configured
+//!   for, applies its column selection and renames ([`view`]), and hands the sink only
+//!   changes. A record that cannot be decoded goes to the dead-letter topic.
 //! - **Delivering.** [`Sink::deliver`] applies a batch and says how far it took effect
-//!   *durably in the target* ([`Delivery`]): all of it, or a prefix. "Durable" is the
-//!   target's own word: acknowledged by Redis' `EXEC` (with its persistence), by a search
-//!   engine's bulk response, and so on.
+//!   *durably in the target* ([`Delivered`]): all of it or a prefix, and which of the
+//!   delivered changes the target refused for good (those go to the dead-letter topic,
+//!   with the error, and count as delivered).
 //! - **Committing.** Only then does the group's offset move, over the delivered prefix,
-//!   per partition ([`driver::run`]). A crash replays from the committed offsets, so a
-//!   sink sees some records again: where the target can store the offset in the same write
-//!   as the effect it does; otherwise effects are idempotent (document id = record key,
-//!   version = source position) so a replay changes nothing.
+//!   per partition. A crash replays from the committed offsets, so a sink sees some
+//!   changes again: every sink applies a change conditionally on its [`Change::version`]
+//!   (derived from the record's log position) where the target can, so a replay or a
+//!   duplicate never overwrites a newer value; what a target without conditional writes
+//!   guarantees is said in its module.
 //! - **Errors.** [`SinkError::Transient`] is retried with backoff by the driver, without
 //!   losing its place; [`SinkError::Definite`] stops the sink and tells the operator what
 //!   to do. Neither moves the offset past an undelivered record.
 //! - **Shutdown.** The driver stops polling, finishes (or abandons) the batch in hand,
 //!   commits what was delivered, and returns.
 
+pub mod avro;
+pub mod change;
+pub mod config;
 pub mod driver;
+pub mod factory;
+pub mod metrics;
+pub mod view;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -33,7 +45,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use cdc_schemas::failure::Failure;
 
-/// One record read from the log, as handed to a sink. Cheap to clone (shared buffers).
+pub use change::{Change, Op};
+pub use config::{CommonSinkConfig, SinkKind, SinkSpec};
+pub use factory::{run, SinkContext};
+
+/// One record read from the log, as handed to the driver. Cheap to clone (shared buffers).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinkRecord {
     pub topic: Arc<str>,
@@ -46,13 +62,28 @@ pub struct SinkRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
-/// How far a batch got, durably in the target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    /// Every record of the batch took effect.
-    All,
-    /// The first `n` records took effect; the rest must be delivered again.
-    Prefix(usize),
+/// How far a batch of changes got, durably in the target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delivered {
+    /// The first `upto` changes of the batch took effect (or were refused, see
+    /// `rejected`); the rest must be delivered again. `upto == 0` with no error means
+    /// "nothing yet": the driver reads more records (a transactional sink waiting for the
+    /// rest of a transaction) or backs off.
+    pub upto: usize,
+    /// Changes among the first `upto` that the target refused for good (a mapping error,
+    /// a value it cannot store): index into the batch and the target's error. They go to
+    /// the dead-letter topic and the sink goes on.
+    pub rejected: Vec<(usize, String)>,
+}
+
+impl Delivered {
+    /// Every one of `n` changes took effect.
+    pub fn all(n: usize) -> Self {
+        Delivered {
+            upto: n,
+            rejected: Vec::new(),
+        }
+    }
 }
 
 /// A failure of a sink or of its reading of the log: [`Failure`]'s transient / definite
@@ -61,13 +92,18 @@ pub type SinkError = Failure;
 
 /// A target kept up to date from the log.
 pub trait Sink: Send {
-    /// Applies a batch (in log order for each partition) and returns how far it is durable
-    /// in the target. `Delivery::Prefix(0)` with no error means "nothing yet, try again"
-    /// (the driver backs off).
+    /// Applies a batch of changes (in log order within each partition) and returns how far
+    /// it is durable in the target.
     fn deliver(
         &mut self,
-        records: &[SinkRecord],
-    ) -> impl Future<Output = Result<Delivery, SinkError>> + Send;
+        changes: &[Change],
+    ) -> impl Future<Output = Result<Delivered, SinkError>> + Send;
+
+    /// Called when the driver can hold no more records and the sink delivered nothing of
+    /// what it holds (a transaction bigger than the driver's bound): the next `deliver`
+    /// must take at least one change (a transactional sink applies what it has of the
+    /// transaction, not atomically, and says so).
+    fn must_progress(&mut self) {}
 }
 
 /// A partition of a topic.
@@ -79,7 +115,7 @@ pub struct TopicPartition {
 
 /// The log as a consumer group reads it: the embedded log and Kafka both implement this.
 pub trait LogConsumer: Send {
-    /// Records after the group's position, waiting up to `wait` when there are none;
+    /// Records after the group's read position, waiting up to `wait` when there are none;
     /// about `max_bytes` at most (at least one record when any is available). Advances
     /// the read position, not the committed one.
     fn poll(
@@ -94,4 +130,30 @@ pub trait LogConsumer: Send {
         &mut self,
         offsets: &[(TopicPartition, u64)],
     ) -> impl Future<Output = Result<(), SinkError>> + Send;
+
+    /// Records between the group's committed offsets and the high watermarks, summed over
+    /// its partitions: the sink's lag in records.
+    fn lag(&self) -> u64;
+}
+
+/// Where records that the target refused for good, or that could not be decoded, go: a
+/// topic of the log (`<connector>.<sink>.dlq` by default), each record as it was read
+/// with Kafka Connect's `__connect.errors.*` headers saying where it came from and why.
+pub trait DeadLetters: Send {
+    /// Appends `records` (each with its error) and returns once they are durable: only
+    /// then may the group's offset move past them.
+    fn send(
+        &mut self,
+        records: &[(SinkRecord, String)],
+    ) -> impl Future<Output = Result<(), SinkError>> + Send;
+}
+
+/// The headers a dead-letter record carries besides the original record's own (Kafka
+/// Connect's names, so tools that read Connect's dead-letter queues read ours).
+pub mod dlq_headers {
+    pub const TOPIC: &str = "__connect.errors.topic";
+    pub const PARTITION: &str = "__connect.errors.partition";
+    pub const OFFSET: &str = "__connect.errors.offset";
+    pub const MESSAGE: &str = "__connect.errors.exception.message";
+    pub const SINK: &str = "__connect.errors.connector.name";
 }

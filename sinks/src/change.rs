@@ -1,0 +1,464 @@
+//! A record of the log read back as a row change: the Debezium envelope (JSON with or
+//! without schemas, or Avro in Confluent's wire format through the registry) decoded into
+//! a [`Change`], the one shape every sink applies.
+//!
+//! Invariants: a record decodes to at most one change; a record that is not a row change
+//! (a tombstone, a logical decoding message, a transaction BEGIN) is [`Decoded::Skip`]
+//! and counts as delivered; a record that cannot be read as an envelope is a
+//! [`DecodeError::Malformed`] (it goes to the dead-letter topic), and only a registry
+//! that cannot be reached is transient. Avro values are turned into the JSON Kafka
+//! Connect's `JsonConverter` writes for the same value (see [`crate::avro`]), so a view is
+//! the same whatever `[format] value` the connector used.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cdc_schemas::registry::SchemaRegistry;
+use serde_json::{Map, Value};
+
+use crate::{SinkError, SinkRecord};
+
+/// What happened to the row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `c`: inserted.
+    Create,
+    /// `r`: read by a snapshot.
+    Read,
+    /// `u`: updated.
+    Update,
+    /// `d`: deleted.
+    Delete,
+    /// `t`: the table was truncated (no key; clears the table's part of a view).
+    Truncate,
+    /// A source transaction ended: Debezium's END record of `<name>.transaction`, with
+    /// the count of its change records per table ([`Change::tx_end`]).
+    TxEnd,
+}
+
+impl Op {
+    /// Whether the row exists after this change (its after-image is the new value).
+    pub fn upserts(self) -> bool {
+        matches!(self, Op::Create | Op::Read | Op::Update)
+    }
+}
+
+/// A source transaction's place in a change record (Debezium's `transaction` block).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxInfo {
+    pub id: Arc<str>,
+    /// 1-based position of the change among all changes of the transaction.
+    pub total_order: u64,
+    /// 1-based position among the transaction's changes of the same table.
+    pub data_collection_order: u64,
+}
+
+/// The END record of a transaction: how many change records it wrote, per table
+/// (`schema.table` / `db.table`, Debezium's `data_collection`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxEnd {
+    pub id: Arc<str>,
+    pub event_count: u64,
+    pub data_collections: Vec<(String, u64)>,
+}
+
+/// One row change, ready to apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// Where the record is in the log (its offset gives [`Change::version`]).
+    pub topic: Arc<str>,
+    pub partition: u32,
+    pub offset: u64,
+    /// The record's log timestamp (ms since the epoch).
+    pub timestamp_ms: i64,
+    pub op: Op,
+    /// Postgres schema or MySQL database (`source.schema` / `source.db`).
+    pub schema: Arc<str>,
+    /// `source.table`.
+    pub table: Arc<str>,
+    /// The record key's fields (the row's primary key or configured key), in key order.
+    /// Empty for truncates and transaction ends.
+    pub key: Map<String, Value>,
+    /// The row after the change, for creates, reads and updates (after the sink's column
+    /// selection and renames); `None` otherwise.
+    pub after: Option<Map<String, Value>>,
+    /// `source.ts_ms`: when the change was committed in the database, if known.
+    pub source_ts_ms: Option<i64>,
+    pub tx: Option<TxInfo>,
+    /// Set for [`Op::TxEnd`].
+    pub tx_end: Option<TxEnd>,
+}
+
+impl Change {
+    /// The change's version for conditional writes: the record's offset + 1. All changes
+    /// of one key are in one partition of one topic, in commit order, so a higher version
+    /// is a later change of the key; a replay carries the same versions again. (Versions
+    /// of different topics or partitions are not comparable, and need not be: a key
+    /// never moves between them while the topic's partition count stays, which the log
+    /// enforces.)
+    pub fn version(&self) -> u64 {
+        self.offset + 1
+    }
+
+    /// `schema.table` (Postgres) or `db.table` (MySQL), Debezium's `data_collection`.
+    pub fn table_id(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+}
+
+/// A record read back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    Change(Box<Change>),
+    /// Not a row change: nothing to apply.
+    Skip,
+}
+
+/// Why a record could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// The record is not a Debezium envelope this sink can read: it goes to the
+    /// dead-letter topic.
+    #[error("{0}")]
+    Malformed(String),
+    /// The registry could not be asked for the record's schema (retried).
+    #[error(transparent)]
+    Registry(SinkError),
+}
+
+/// Decodes records; keeps the Avro schemas it fetched from the registry, by id.
+pub struct Decoder {
+    registry: Option<Arc<dyn SchemaRegistry>>,
+    schemas: HashMap<u32, Arc<apache_avro::Schema>>,
+}
+
+impl Decoder {
+    /// `registry` is needed for Avro records only; without one, an Avro record is
+    /// malformed (its schema cannot be known).
+    pub fn new(registry: Option<Arc<dyn SchemaRegistry>>) -> Self {
+        Decoder {
+            registry,
+            schemas: HashMap::new(),
+        }
+    }
+
+    /// Reads `r` back as a change.
+    pub async fn decode(&mut self, r: &SinkRecord) -> Result<Decoded, DecodeError> {
+        let Some(value) = r.value.as_deref() else {
+            return Ok(Decoded::Skip);
+        };
+        let value = self.json_of(value).await?;
+        let key = match r.key.as_deref() {
+            Some(k) if !k.is_empty() => Some(self.json_of(k).await?),
+            _ => None,
+        };
+        from_envelope(r, key, value).map(|c| match c {
+            Some(c) => Decoded::Change(Box::new(c)),
+            None => Decoded::Skip,
+        })
+    }
+
+    /// JSON (with or without a `schema`/`payload` wrapper) or Confluent-framed Avro, as
+    /// a JSON value.
+    async fn json_of(&mut self, bytes: &[u8]) -> Result<Value, DecodeError> {
+        if bytes.len() >= 5 && bytes[0] == 0 {
+            let id = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+            let schema = self.schema(id).await?;
+            let mut rest = &bytes[5..];
+            let v = apache_avro::from_avro_datum(&schema, &mut rest, None).map_err(|e| {
+                DecodeError::Malformed(format!("Avro datum of schema id {id} unreadable: {e}"))
+            })?;
+            return Ok(crate::avro::to_json(v));
+        }
+        let v: Value = serde_json::from_slice(bytes)
+            .map_err(|e| DecodeError::Malformed(format!("not JSON and not Avro: {e}")))?;
+        Ok(unwrap_payload(v))
+    }
+
+    async fn schema(&mut self, id: u32) -> Result<Arc<apache_avro::Schema>, DecodeError> {
+        if let Some(s) = self.schemas.get(&id) {
+            return Ok(s.clone());
+        }
+        let Some(registry) = &self.registry else {
+            return Err(DecodeError::Malformed(format!(
+                "an Avro record (schema id {id}) but no schema registry is configured"
+            )));
+        };
+        let schema = registry.schema_by_id(id).await.map_err(|e| {
+            if e.is_transient() {
+                DecodeError::Registry(
+                    SinkError::transient("reading a schema from the registry", e.to_string())
+                        .caused_by(e),
+                )
+            } else {
+                DecodeError::Malformed(format!("schema id {id}: {e}"))
+            }
+        })?;
+        let parsed = apache_avro::Schema::parse_str(&schema.text).map_err(|e| {
+            DecodeError::Malformed(format!("schema id {id} is not an Avro schema: {e}"))
+        })?;
+        let parsed = Arc::new(parsed);
+        self.schemas.insert(id, parsed.clone());
+        Ok(parsed)
+    }
+}
+
+/// `{"schema": …, "payload": p}` (JsonConverter with schemas) is `p`.
+fn unwrap_payload(v: Value) -> Value {
+    match v {
+        Value::Object(mut m) if m.len() == 2 && m.contains_key("schema") => {
+            match m.remove("payload") {
+                Some(p) => p,
+                None => Value::Object(m),
+            }
+        }
+        v => v,
+    }
+}
+
+fn malformed(r: &SinkRecord, what: &str) -> DecodeError {
+    DecodeError::Malformed(format!(
+        "record {}[{}]@{}: {what}",
+        r.topic, r.partition, r.offset
+    ))
+}
+
+/// The change an envelope describes, `None` when it describes none.
+fn from_envelope(
+    r: &SinkRecord,
+    key: Option<Value>,
+    value: Value,
+) -> Result<Option<Change>, DecodeError> {
+    let Value::Object(mut v) = value else {
+        return Err(malformed(r, "the value is not an object"));
+    };
+    let base = |op: Op, schema: Arc<str>, table: Arc<str>| Change {
+        topic: r.topic.clone(),
+        partition: r.partition,
+        offset: r.offset,
+        timestamp_ms: r.timestamp_ms,
+        op,
+        schema,
+        table,
+        key: Map::new(),
+        after: None,
+        source_ts_ms: None,
+        tx: None,
+        tx_end: None,
+    };
+    // A record of the transaction topic: {status, id, event_count, data_collections}.
+    if let Some(Value::String(status)) = v.get("status") {
+        if status == "BEGIN" {
+            return Ok(None);
+        }
+        if status != "END" {
+            return Err(malformed(r, "transaction status is neither BEGIN nor END"));
+        }
+        let id: Arc<str> = match v.get("id") {
+            Some(Value::String(s)) => s.as_str().into(),
+            _ => return Err(malformed(r, "transaction END without an id")),
+        };
+        let event_count = v
+            .get("event_count")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| malformed(r, "transaction END without event_count"))?;
+        let mut data_collections = Vec::new();
+        if let Some(Value::Array(a)) = v.get("data_collections") {
+            for dc in a {
+                let name = dc.get("data_collection").and_then(Value::as_str);
+                let n = dc.get("event_count").and_then(Value::as_u64);
+                match (name, n) {
+                    (Some(name), Some(n)) => data_collections.push((name.to_string(), n)),
+                    _ => return Err(malformed(r, "transaction END data_collections entry")),
+                }
+            }
+        }
+        let mut c = base(Op::TxEnd, "".into(), "".into());
+        c.tx_end = Some(TxEnd {
+            id,
+            event_count,
+            data_collections,
+        });
+        return Ok(Some(c));
+    }
+    let op = match v.get("op").and_then(Value::as_str) {
+        Some("c") => Op::Create,
+        Some("r") => Op::Read,
+        Some("u") => Op::Update,
+        Some("d") => Op::Delete,
+        Some("t") => Op::Truncate,
+        // A logical decoding message, a heartbeat: not a row change.
+        Some("m") => return Ok(None),
+        Some(_) => return Err(malformed(r, "unknown op")),
+        None => {
+            // Schema-change and heartbeat records have no `op`.
+            return Ok(None);
+        }
+    };
+    let Some(Value::Object(source)) = v.remove("source") else {
+        return Err(malformed(r, "no source block"));
+    };
+    let schema = source
+        .get("schema")
+        .or_else(|| source.get("db"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let Some(table) = source.get("table").and_then(Value::as_str) else {
+        return Err(malformed(r, "the source block has no table"));
+    };
+    let mut c = base(op, schema.into(), table.into());
+    c.source_ts_ms = source.get("ts_ms").and_then(Value::as_i64);
+    if let Some(Value::Object(tx)) = v.get("transaction") {
+        if let (Some(id), Some(t), Some(d)) = (
+            tx.get("id").and_then(Value::as_str),
+            tx.get("total_order").and_then(Value::as_u64),
+            tx.get("data_collection_order").and_then(Value::as_u64),
+        ) {
+            c.tx = Some(TxInfo {
+                id: id.into(),
+                total_order: t,
+                data_collection_order: d,
+            });
+        }
+    }
+    if op == Op::Truncate {
+        return Ok(Some(c));
+    }
+    c.key = match key {
+        Some(Value::Object(k)) => k,
+        Some(_) => return Err(malformed(r, "the key is not an object")),
+        None => {
+            return Err(malformed(
+                r,
+                "a row change without a key (a table without a primary key: give it one, or set source.message_key_columns)",
+            ))
+        }
+    };
+    if op.upserts() {
+        match v.remove("after") {
+            Some(Value::Object(a)) => c.after = Some(a),
+            _ => return Err(malformed(r, "a create/read/update without an after-image")),
+        }
+    }
+    Ok(Some(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn rec(key: Option<&str>, value: Option<&str>) -> SinkRecord {
+        SinkRecord {
+            topic: "app.public.t".into(),
+            partition: 1,
+            offset: 41,
+            timestamp_ms: 7,
+            key: key.map(|k| Bytes::from(k.to_string())),
+            value: value.map(|v| Bytes::from(v.to_string())),
+            headers: Vec::new(),
+        }
+    }
+
+    fn decode(r: &SinkRecord) -> Result<Decoded, DecodeError> {
+        futures_executor(Decoder::new(None).decode(r))
+    }
+
+    /// The decoder only awaits the registry, which these tests never need.
+    fn futures_executor<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn an_update_with_schemas_decodes_to_its_key_and_after_image() {
+        let r = rec(
+            Some(r#"{"schema":{"type":"struct"},"payload":{"id":3}}"#),
+            Some(
+                r#"{"schema":{"type":"struct"},"payload":{"before":null,"after":{"id":3,"v":"x"},"source":{"schema":"public","table":"t","ts_ms":5},"op":"u","transaction":{"id":"9:10","total_order":2,"data_collection_order":1}}}"#,
+            ),
+        );
+        let Decoded::Change(c) = decode(&r).unwrap() else {
+            panic!("a change")
+        };
+        assert_eq!(c.op, Op::Update);
+        assert_eq!(c.table_id(), "public.t");
+        assert_eq!(Value::Object(c.key.clone()), serde_json::json!({"id": 3}));
+        assert_eq!(
+            c.after.clone().map(Value::Object),
+            Some(serde_json::json!({"id": 3, "v": "x"}))
+        );
+        assert_eq!(c.version(), 42);
+        assert_eq!(c.source_ts_ms, Some(5));
+        assert_eq!(c.tx.as_ref().map(|t| t.total_order), Some(2));
+    }
+
+    #[test]
+    fn deletes_truncates_tombstones_and_messages() {
+        let d = rec(
+            Some(r#"{"id":3}"#),
+            Some(r#"{"before":{"id":3},"after":null,"source":{"db":"shop","table":"t"},"op":"d"}"#),
+        );
+        let Decoded::Change(c) = decode(&d).unwrap() else {
+            panic!()
+        };
+        assert_eq!((c.op, c.after.is_none()), (Op::Delete, true));
+        assert_eq!(c.table_id(), "shop.t");
+        let t = rec(
+            None,
+            Some(
+                r#"{"before":null,"after":null,"source":{"schema":"public","table":"t"},"op":"t"}"#,
+            ),
+        );
+        let Decoded::Change(c) = decode(&t).unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.op, Op::Truncate);
+        assert_eq!(
+            decode(&rec(Some(r#"{"id":3}"#), None)).unwrap(),
+            Decoded::Skip
+        );
+        let m = rec(None, Some(r#"{"op":"m","source":{},"message":{}}"#));
+        assert_eq!(decode(&m).unwrap(), Decoded::Skip);
+    }
+
+    #[test]
+    fn transaction_end_records_carry_their_counts() {
+        let e = rec(
+            Some(r#"{"id":"9:10"}"#),
+            Some(
+                r#"{"status":"END","id":"9:10","event_count":3,"data_collections":[{"data_collection":"public.a","event_count":2},{"data_collection":"public.b","event_count":1}],"ts_ms":1}"#,
+            ),
+        );
+        let Decoded::Change(c) = decode(&e).unwrap() else {
+            panic!()
+        };
+        let end = c.tx_end.unwrap();
+        assert_eq!(end.event_count, 3);
+        assert_eq!(end.data_collections[1], ("public.b".to_string(), 1));
+        let b = rec(
+            Some(r#"{"id":"9:10"}"#),
+            Some(r#"{"status":"BEGIN","id":"9:10","event_count":null,"data_collections":null}"#),
+        );
+        assert_eq!(decode(&b).unwrap(), Decoded::Skip);
+    }
+
+    #[test]
+    fn garbage_is_malformed_not_a_panic() {
+        for v in [
+            "",
+            "{",
+            "[1]",
+            r#"{"op":"c"}"#,
+            r#"{"op":"c","source":{"table":"t"}}"#,
+        ] {
+            let r = rec(Some(r#"{"id":1}"#), Some(v));
+            assert!(
+                matches!(decode(&r), Err(DecodeError::Malformed(_))),
+                "{v:?}"
+            );
+        }
+    }
+}
