@@ -176,7 +176,7 @@ pub async fn run(config: Config) -> ExitCode {
                 let _ = stop.send(true);
             }
         });
-        crate::sink_run::spawn_all(&config, &registry, &metrics, &sinks_stop_rx)
+        crate::sink_run::spawn_all(&config, &registry, &metrics, &status, &sinks_stop_rx)
     };
     // Snapshot progress: bar on a terminal, log lines otherwise, gauges on /metrics.
     let snapshot_progress = SnapshotProgress::new();
