@@ -346,3 +346,7 @@ pub async fn standalone(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "sink_run_tests.rs"]
+mod tests;
