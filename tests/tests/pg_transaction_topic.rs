@@ -1,0 +1,208 @@
+//! `format.provide_transaction_metadata` end to end, through the shipped CLI (`cdc-e2e run
+//! --config …`) into the embedded log: with the key on, every streamed transaction has a
+//! BEGIN and an END record on `t.transaction` (one partition), with the id of its change
+//! records' `transaction.id` and their counts per table (a key change counts twice, a
+//! transaction in chunks gets one pair, snapshot rows and transactions with nothing
+//! captured get none); with it off (the default), no such topic is written.
+
+mod pg_source_util;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cdc_harness::PgServer;
+use pg_source_util::*;
+use serde_json::{json, Value as Json};
+
+const TX_TOPIC: &str = "t.transaction";
+const TABLES: &[&str] = &["public.acct", "public.other"];
+
+/// A connector on `db` with its own slot and publication `<db>_<slot>` and chunks of 50
+/// events.
+fn connector_on(
+    pg: &PgServer,
+    db: &str,
+    dir: &std::path::Path,
+    slot: &str,
+    extra: &str,
+) -> Connector {
+    let c = connector(pg, db, dir, TABLES, extra);
+    c.edit_config(|t| {
+        t.replace(
+            &format!("slot = \"{db}\""),
+            &format!("slot = \"{db}_{slot}\"\npublication = \"{db}_{slot}\""),
+        )
+        .replace(
+            "heartbeat_interval_ms = 1000\n",
+            "heartbeat_interval_ms = 1000\nmax_batch_events = 50\n",
+        )
+    });
+    c
+}
+
+/// Per transaction id: (change records that are not tombstones) per data collection, from
+/// the change topics' `transaction` blocks; and how many snapshot rows carry a block.
+fn changes_by_tx(log: &std::path::Path) -> (BTreeMap<String, BTreeMap<String, u64>>, usize) {
+    let mut by_tx: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut snapshot_with_block = 0;
+    for topic in ["t.public.acct", "t.public.other"] {
+        for r in read_topic(log, topic) {
+            let Some(v) = r.value else { continue };
+            let Some(id) = v["transaction"]["id"].as_str() else {
+                continue;
+            };
+            if v["op"] == "r" {
+                snapshot_with_block += 1;
+            }
+            let dc = format!(
+                "{}.{}",
+                v["source"]["schema"].as_str().unwrap(),
+                v["source"]["table"].as_str().unwrap()
+            );
+            *by_tx
+                .entry(id.to_string())
+                .or_default()
+                .entry(dc)
+                .or_default() += 1;
+        }
+    }
+    (by_tx, snapshot_with_block)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn begin_and_end_per_transaction_only_when_on() {
+    let pg = PgServer::shared();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc;
+         CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL);
+         CREATE TABLE other (id int PRIMARY KEY, v bigint NOT NULL);
+         CREATE TABLE ignored (id int PRIMARY KEY);
+         INSERT INTO acct SELECT g, 0 FROM generate_series(1, 20) g;
+         INSERT INTO other VALUES (1, 0);",
+    )
+    .await;
+    let (on_dir, off_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut on = connector_on(
+        pg,
+        &db,
+        on_dir.path(),
+        "on",
+        "\n[format]\nprovide_transaction_metadata = true\n",
+    );
+    // The default is off: the key is not given.
+    let mut off = connector_on(pg, &db, off_dir.path(), "off", "");
+    on.start();
+    off.start();
+    for c in [&on, &off] {
+        c.converge(pg, &db, "acct", "t.public.acct", Duration::from_secs(30))
+            .await;
+    }
+    let client = pg.superuser_client(&db).await.unwrap();
+    // One transaction per call (a simple query's statements share one otherwise).
+    for sql in [
+        "BEGIN; INSERT INTO acct VALUES (100, 1), (101, 1); INSERT INTO other VALUES (2, 1); COMMIT;",
+        "UPDATE acct SET id = 1000 WHERE id = 1",
+        "INSERT INTO acct SELECT g, 2 FROM generate_series(200, 519) g",
+        // Nothing captured: no BEGIN/END.
+        "INSERT INTO ignored VALUES (1)",
+        "DELETE FROM acct WHERE id IN (2, 3, 4)",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    // Four captured transactions: BEGIN and END each.
+    if !wait_topic_len(&on.log_dir(), TX_TOPIC, 8, Duration::from_secs(60)).await {
+        let recs: Vec<_> = read_topic(&on.log_dir(), TX_TOPIC)
+            .into_iter()
+            .map(|r| r.value)
+            .collect();
+        panic!("{recs:#?}\n{:?}", changes_by_tx(&on.log_dir()));
+    }
+    for c in [&on, &off] {
+        c.converge(pg, &db, "acct", "t.public.acct", Duration::from_secs(60))
+            .await;
+    }
+    assert_eq!(on.stop(), Some(0), "{}", on.output());
+    assert_eq!(off.stop(), Some(0), "{}", off.output());
+
+    let recs = read_topic(&on.log_dir(), TX_TOPIC);
+    assert!(recs.iter().all(|r| r.partition == 0));
+    assert_eq!(recs.len(), 8, "{recs:#?}");
+    let (by_tx, snapshot_with_block) = changes_by_tx(&on.log_dir());
+    assert_eq!(
+        snapshot_with_block, 0,
+        "snapshot rows are in no transaction"
+    );
+    let mut ends = Vec::new();
+    for pair in recs.chunks(2) {
+        let (b, e) = (
+            pair[0].value.clone().unwrap(),
+            pair[1].value.clone().unwrap(),
+        );
+        assert_eq!(b["status"], "BEGIN", "{b}");
+        assert_eq!(
+            (&b["event_count"], &b["data_collections"]),
+            (&Json::Null, &Json::Null)
+        );
+        assert_eq!(e["status"], "END", "{e}");
+        assert_eq!(b["id"], e["id"]);
+        for r in pair {
+            assert_eq!(r.key, Some(json!({"id": b["id"]})));
+        }
+        // The id is the change records' transaction.id, the counts are theirs (a key
+        // change is a delete and a create: two records, two events).
+        let id = e["id"].as_str().unwrap();
+        let counted: BTreeMap<String, u64> = e["data_collections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["data_collection"].as_str().unwrap().to_string(),
+                    d["event_count"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(by_tx.get(id), Some(&counted), "END {e}");
+        assert_eq!(
+            e["event_count"].as_u64(),
+            Some(counted.values().sum::<u64>())
+        );
+        ends.push(e["data_collections"].clone());
+    }
+    let dc = |v: &[(&str, u64)]| {
+        json!(v
+            .iter()
+            .map(|(c, n)| json!({"data_collection": c, "event_count": n}))
+            .collect::<Vec<_>>())
+    };
+    assert_eq!(
+        ends,
+        [
+            dc(&[("public.acct", 2), ("public.other", 1)]),
+            dc(&[("public.acct", 2)]),
+            // 320 rows: seven chunks of at most 50 events, one BEGIN/END pair.
+            dc(&[("public.acct", 320)]),
+            dc(&[("public.acct", 3)]),
+        ]
+    );
+    assert_eq!(by_tx.len(), 4, "every transaction of a change has its pair");
+
+    // Off: the same changes, no transaction topic.
+    assert_eq!(changes_by_tx(&off.log_dir()).0.len(), 4);
+    let log = cdc_log::Log::open_read_only(off.log_dir()).unwrap();
+    assert!(
+        !log.topics().iter().any(|t| t == TX_TOPIC),
+        "{:?}",
+        log.topics()
+    );
+    for slot in ["on", "off"] {
+        let c = pg.superuser_client("postgres").await.unwrap();
+        let _ = c
+            .execute(
+                "SELECT pg_drop_replication_slot($1)",
+                &[&format!("{db}_{slot}")],
+            )
+            .await;
+    }
+}
