@@ -164,7 +164,9 @@ pub(crate) fn transaction_metadata_value_schema() -> ConnectSchema {
             ConnectField::new("event_count", s(ConnectType::Int64)),
         ],
     )
-    .version(1);
+    .version(1)
+    // Debezium's: the items are optional structs (never null in its records or ours).
+    .optional();
     ConnectSchema::strukt(
         "io.debezium.connector.common.TransactionMetadataValue",
         vec![

@@ -4,7 +4,7 @@
 //! Key `io.debezium.connector.common.TransactionMetadataKey` v1 `{id}`; value
 //! `io.debezium.connector.common.TransactionMetadataValue` v1, fields in this order:
 //! `status` (`"BEGIN"` / `"END"`), `id`, `event_count` (optional int64: null in BEGIN),
-//! `data_collections` (optional array of `event.collection` v1 `{data_collection,
+//! `data_collections` (optional array of optional `event.collection` v1 `{data_collection,
 //! event_count}`: null in BEGIN), `ts_ms` (int64). The schemas are in `record_schema.rs`.
 //!
 //! The encoder knows nothing of transactions: which id, which counts and when to write a
@@ -175,6 +175,8 @@ impl TransactionMetadataEncoder {
                 w.open_array(out, collections.len());
                 for (i, (name, n)) in collections.iter().enumerate() {
                     w.array_item(out, i);
+                    // Optional items: `["null", item]` in Avro.
+                    w.branch(out, 1);
                     w.field(out, field!(first "data_collection"));
                     w.string(out, name.as_ref());
                     w.field(out, field!("event_count"));
@@ -254,7 +256,7 @@ mod tests {
                    "optional":false,"name":"io.debezium.connector.common.TransactionMetadataKey",
                    "version":1})
         );
-        let want = r#"{"type":"struct","fields":[{"type":"string","optional":false,"field":"status"},{"type":"string","optional":false,"field":"id"},{"type":"int64","optional":true,"field":"event_count"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":false,"field":"data_collection"},{"type":"int64","optional":false,"field":"event_count"}],"optional":false,"name":"event.collection","version":1},"optional":true,"field":"data_collections"},{"type":"int64","optional":false,"field":"ts_ms"}],"optional":false,"name":"io.debezium.connector.common.TransactionMetadataValue","version":1}"#;
+        let want = r#"{"type":"struct","fields":[{"type":"string","optional":false,"field":"status"},{"type":"string","optional":false,"field":"id"},{"type":"int64","optional":true,"field":"event_count"},{"type":"array","items":{"type":"struct","fields":[{"type":"string","optional":false,"field":"data_collection"},{"type":"int64","optional":false,"field":"event_count"}],"optional":true,"name":"event.collection","version":1},"optional":true,"field":"data_collections"},{"type":"int64","optional":false,"field":"ts_ms"}],"optional":false,"name":"io.debezium.connector.common.TransactionMetadataValue","version":1}"#;
         let text = String::from_utf8(v.clone()).unwrap();
         assert!(
             text.starts_with(&format!("{{\"schema\":{want},\"payload\":")),
@@ -282,8 +284,9 @@ mod tests {
         assert_eq!(k, [0, 0, 0, 0, 3, 4, b'a', b'b']);
         let mut want = vec![0, 0, 0, 0, 4];
         want.extend_from_slice(&[6, b'E', b'N', b'D', 4, b'a', b'b']);
-        // event_count: branch 1, 2; data_collections: branch 1, one block of 1 item.
-        want.extend_from_slice(&[2, 4, 2, 2, 6, b's', b'.', b't', 4, 0]);
+        // event_count: branch 1, 2; data_collections: branch 1, one block of 1 item (an
+        // optional one: branch 1).
+        want.extend_from_slice(&[2, 4, 2, 2, 2, 6, b's', b'.', b't', 4, 0]);
         // ts_ms
         want.push(2);
         assert_eq!(v, want);
