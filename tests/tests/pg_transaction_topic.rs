@@ -3,7 +3,9 @@
 //! BEGIN and an END record on `t.transaction` (one partition), with the id of its change
 //! records' `transaction.id` and their counts per table (a key change counts twice, a
 //! transaction in chunks gets one pair, snapshot rows and transactions with nothing
-//! captured get none); with it off (the default), no such topic is written.
+//! captured get none); with it off (the default), no such topic is written. In Avro, the
+//! records are framed with the ids of the subjects `t.transaction-key` / `-value` of the
+//! embedded registry.
 
 mod pg_source_util;
 
@@ -69,6 +71,28 @@ fn changes_by_tx(log: &std::path::Path) -> (BTreeMap<String, BTreeMap<String, u6
     (by_tx, snapshot_with_block)
 }
 
+/// The Avro transaction records of the log at `log`: 8, alternating BEGIN and END (the
+/// datum's first field), framed with the registered key and value ids.
+fn check_avro(log: &std::path::Path, key_id: u32, value_id: u32) {
+    let log = cdc_log::Log::open_read_only(log).unwrap();
+    let mut r = log.reader(TX_TOPIC, 0, cdc_log::StartAt::Earliest).unwrap();
+    let recs = r.poll(1 << 20).unwrap();
+    assert_eq!(recs.len(), 8);
+    let frame = |id: u32| {
+        let mut f = vec![0u8];
+        f.extend_from_slice(&id.to_be_bytes());
+        f
+    };
+    for (i, rec) in recs.iter().enumerate() {
+        let (k, v) = (rec.key.as_deref().unwrap(), rec.value.as_deref().unwrap());
+        assert_eq!(&k[..5], frame(key_id).as_slice());
+        assert_eq!(&v[..5], frame(value_id).as_slice());
+        // `status`: an Avro string (zig-zag length, bytes).
+        let status: &[u8] = if i % 2 == 0 { b"\x0aBEGIN" } else { b"\x06END" };
+        assert_eq!(&v[5..5 + status.len()], status, "record {i}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn begin_and_end_per_transaction_only_when_on() {
     let pg = PgServer::shared();
@@ -92,12 +116,25 @@ async fn begin_and_end_per_transaction_only_when_on() {
     );
     // The default is off: the key is not given.
     let mut off = connector_on(pg, &db, off_dir.path(), "off", "");
+    let avro_dir = tempfile::tempdir().unwrap();
+    let mut avro = connector_on(
+        pg,
+        &db,
+        avro_dir.path(),
+        "avro",
+        "\n[format]\nvalue = \"avro\"\nprovide_transaction_metadata = true\n",
+    );
+    let avro_admin = avro.fixed_admin_port();
     on.start();
     off.start();
+    avro.start();
     for c in [&on, &off] {
         c.converge(pg, &db, "acct", "t.public.acct", Duration::from_secs(30))
             .await;
     }
+    // Its snapshot (20 rows) is in before the changes are made.
+    avro.wait_records("t.public.acct", 20, Duration::from_secs(30))
+        .await;
     let client = pg.superuser_client(&db).await.unwrap();
     // One transaction per call (a simple query's statements share one otherwise).
     for sql in [
@@ -122,8 +159,31 @@ async fn begin_and_end_per_transaction_only_when_on() {
         c.converge(pg, &db, "acct", "t.public.acct", Duration::from_secs(60))
             .await;
     }
+    avro.wait_records(TX_TOPIC, 8, Duration::from_secs(60))
+        .await;
+    let ids: Vec<u32> = ["key", "value"]
+        .iter()
+        .map(|s| {
+            let (status, body) = http(
+                &avro_admin,
+                "GET",
+                &format!("/subjects/{TX_TOPIC}-{s}/versions/latest"),
+                None,
+                "",
+            );
+            assert_eq!(status, 200, "{body}");
+            let schema: Json = serde_json::from_str(body["schema"].as_str().unwrap()).unwrap();
+            assert_eq!(
+                schema["namespace"], "io.debezium.connector.common",
+                "{schema}"
+            );
+            body["id"].as_u64().unwrap() as u32
+        })
+        .collect();
     assert_eq!(on.stop(), Some(0), "{}", on.output());
     assert_eq!(off.stop(), Some(0), "{}", off.output());
+    assert_eq!(avro.stop(), Some(0), "{}", avro.output());
+    check_avro(&avro.log_dir(), ids[0], ids[1]);
 
     let recs = read_topic(&on.log_dir(), TX_TOPIC);
     assert!(recs.iter().all(|r| r.partition == 0));
@@ -196,7 +256,7 @@ async fn begin_and_end_per_transaction_only_when_on() {
         "{:?}",
         log.topics()
     );
-    for slot in ["on", "off"] {
+    for slot in ["on", "off", "avro"] {
         let c = pg.superuser_client("postgres").await.unwrap();
         let _ = c
             .execute(
