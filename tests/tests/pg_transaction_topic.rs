@@ -5,12 +5,19 @@
 //! transaction in chunks gets one pair, snapshot rows and transactions with nothing
 //! captured get none); with it off (the default), no such topic is written. In Avro, the
 //! records are framed with the ids of the subjects `t.transaction-key` / `-value` of the
-//! embedded registry.
+//! embedded registry. SIGKILLed at random moments while transactions (some in chunks,
+//! some changing keys) stream, it still writes exactly one BEGIN/END pair per transaction
+//! with its exact counts: nothing of a transaction is durable before its END is.
+//!
+//! `CDC_TEST_KILLS` sets the number of SIGKILL/restart cycles (default 6).
 
+mod golden_tx;
 mod pg_source_util;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use cdc_harness::PgServer;
 use pg_source_util::*;
@@ -265,4 +272,138 @@ async fn begin_and_end_per_transaction_only_when_on() {
             )
             .await;
     }
+}
+
+/// Transactions until `stop`: 1 to 120 inserted rows (more than a 50-event chunk in about
+/// half of them), an update, and every fifth a key change. Counts the committed ones.
+async fn workload(pg: &'static PgServer, db: String, stop: Arc<AtomicBool>, done: Arc<AtomicU64>) {
+    let mut c = pg.superuser_client(&db).await.unwrap();
+    let (mut next, mut x) = (1000i64, 0x2545f4914f6cdd1du64);
+    while !stop.load(Ordering::Relaxed) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let n = 1 + (x % 120) as i64;
+        let mut sql = format!(
+            "BEGIN; INSERT INTO acct SELECT g, 0 FROM generate_series({next}, {}) g;
+             UPDATE acct SET v = v + 1 WHERE id = {};",
+            next + n - 1,
+            1 + (x >> 8) % 20
+        );
+        if x % 5 == 0 {
+            sql.push_str(&format!(
+                "UPDATE acct SET id = id + 1000000 WHERE id = {next};"
+            ));
+        }
+        sql.push_str("COMMIT;");
+        match c.batch_execute(&sql).await {
+            Ok(()) => {
+                next += n;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                let _ = c.batch_execute("ROLLBACK").await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if let Ok(n) = pg.superuser_client(&db).await {
+                    c = n;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_leaves_one_whole_pair_per_transaction() {
+    let kills: u32 = std::env::var("CDC_TEST_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    let started = Instant::now();
+    let pg = PgServer::shared();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc;
+         CREATE TABLE acct (id int PRIMARY KEY, v bigint NOT NULL);
+         CREATE TABLE other (id int PRIMARY KEY, v bigint NOT NULL);
+         INSERT INTO acct SELECT g, 0 FROM generate_series(1, 20) g;",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connector_on(
+        pg,
+        &db,
+        dir.path(),
+        "kill",
+        "\n[format]\nprovide_transaction_metadata = true\n",
+    );
+    c.start();
+    c.converge(pg, &db, "acct", "t.public.acct", Duration::from_secs(30))
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let w = tokio::spawn(workload(pg, db.clone(), stop.clone(), done.clone()));
+    let mut x = 88172645463325252u64;
+    for i in 0..kills {
+        if i > 0 {
+            c.start();
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        tokio::time::sleep(Duration::from_millis(300 + x % 1200)).await;
+        c.assert_running();
+        c.kill();
+    }
+    stop.store(true, Ordering::Relaxed);
+    w.await.unwrap();
+    c.start();
+    c.converge(pg, &db, "acct", "t.public.acct", Duration::from_secs(60))
+        .await;
+    // Every transaction's pair is in (the last one's END is durable with its changes).
+    let want = 2 * (done.load(Ordering::Relaxed));
+    c.wait_records(TX_TOPIC, want, Duration::from_secs(30))
+        .await;
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    let got: BTreeMap<String, Vec<cdc_harness::golden::Record>> = ["t.public.acct", TX_TOPIC]
+        .iter()
+        .map(|t| {
+            (
+                t.to_string(),
+                cdc_harness::golden::read_topic(&c.log_dir(), t),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got[TX_TOPIC].len() as u64,
+        want,
+        "one pair per committed transaction"
+    );
+    let mut cmp = cdc_harness::golden::Comparison::new(&[]);
+    golden_tx::check_consistent(
+        "sigkill",
+        &got,
+        TX_TOPIC,
+        |_, p| {
+            format!(
+                "{}.{}",
+                p["source"]["schema"].as_str().unwrap_or_default(),
+                p["source"]["table"].as_str().unwrap_or_default()
+            )
+        },
+        &mut cmp,
+    );
+    cmp.finish([], started);
+    eprintln!(
+        "{kills} SIGKILLs, {} transactions, {} transaction records checked",
+        done.load(Ordering::Relaxed),
+        got[TX_TOPIC].len()
+    );
+    let c = pg.superuser_client("postgres").await.unwrap();
+    let _ = c
+        .execute(
+            "SELECT pg_drop_replication_slot($1)",
+            &[&format!("{db}_kill")],
+        )
+        .await;
 }

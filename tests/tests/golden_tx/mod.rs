@@ -7,7 +7,8 @@
 //! with Debezium can (its ids change within a transaction on Postgres): BEGIN and END
 //! alternate with one id, that id is the `transaction.id` of the change records they
 //! bracket, END counts exactly those records (tombstones aside) per data collection, and
-//! every change record with a `transaction` block has its END.
+//! every change record with a `transaction` block has its END. It also serves the
+//! end-to-end test `pg_transaction_topic.rs` (records with or without schemas).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -15,9 +16,14 @@ use std::collections::BTreeMap;
 use cdc_harness::golden::{Comparison, Pair, Record};
 use serde_json::Value as Json;
 
+/// A record value's payload: under `payload` with schemas, the value itself without.
+pub fn payload(v: &Json) -> &Json {
+    v.get("payload").unwrap_or(v)
+}
+
 /// The value payload of a transaction record (`status` BEGIN / END), else `None`.
 pub fn tx_payload(r: &Record) -> Option<&Json> {
-    let p = &r.value.as_ref()?["payload"];
+    let p = payload(r.value.as_ref()?);
     p["status"].is_string().then_some(p)
 }
 
@@ -32,13 +38,10 @@ pub fn tx_pair<'a>(p: &'a mut Pair) -> Option<(&'a Json, &'a mut Json)> {
 
 /// Sets the id of our transaction record (key and value) to `id`.
 pub fn set_id(r: &mut Record, id: &str) {
-    if let Some(v) = r.value.as_mut() {
-        v["payload"]["id"] = Json::from(id);
-    }
-    if let Some(k) = r.key.as_mut() {
-        match k.get_mut("payload") {
+    for part in [r.value.as_mut(), r.key.as_mut()].into_iter().flatten() {
+        match part.get_mut("payload") {
             Some(p) => p["id"] = Json::from(id),
-            None => k["id"] = Json::from(id),
+            None => part["id"] = Json::from(id),
         }
     }
 }
@@ -90,7 +93,7 @@ pub fn check_consistent(
     for (topic, recs) in got.iter().filter(|(t, _)| *t != tx_topic) {
         for r in recs {
             let Some(v) = &r.value else { continue };
-            let p = &v["payload"];
+            let p = payload(v);
             let Some(id) = p["transaction"]["id"].as_str() else {
                 continue;
             };
