@@ -714,6 +714,9 @@ impl Pipeline {
     /// The topic `name`, created if new; a creation refused for lack of disk is retried
     /// after a wait (an interrupted creation leaves no topic: `topic.conf` is written last).
     async fn topic(&mut self, name: &str) -> Result<Topic, PipelineError> {
+        if let Some(t) = self.topics.get(name) {
+            return Ok(t.clone());
+        }
         self.topic_with(name, self.cfg.topic_config.clone()).await
     }
 
