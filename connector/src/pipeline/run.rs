@@ -259,6 +259,7 @@ pub async fn run(config: Config) -> ExitCode {
                 group_commit: Duration::from_millis(config.source.common.group_commit_ms),
                 key_columns: config.source.common.key_columns(),
                 hidden: hidden.clone(),
+                transaction_metadata: config.format.provide_transaction_metadata,
             },
             publisher,
         )
