@@ -287,6 +287,13 @@ pub fn render_log_metrics(s: &MetricsSnapshot, out: &mut String) {
         "Bytes of all segment files.",
         s.total_bytes,
     );
+    metric(
+        out,
+        "cdc_log_retention_held_segments",
+        g,
+        "Segments retention kept in its last pass because a consumer group with protect has not read them.",
+        s.retention_held_segments,
+    );
 }
 
 /// `user:password` pairs accepted by the optional basic-auth guard of the registry API.

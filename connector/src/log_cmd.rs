@@ -1,13 +1,15 @@
 //! `cdc log …`: inspect and operate the embedded log from the command line (topics,
-//! describe, tail, produce, groups, reset-group), like Kafka's console tools and `kcat`.
+//! describe, tail, produce, groups, reset-group, delete-group), like Kafka's console tools and `kcat`.
 //!
 //! Every command takes `--data-dir DIR` (the log directory) or `--config FILE` (its
 //! `[log] dir`). Reading commands (`topics`, `describe`, `tail`, `groups`) open the log
 //! read-only: no writer lock, nothing repaired, each partition read up to the durable end
 //! in the ledger, so they work while `cdc run` writes the log; `tail --follow` follows that
 //! writer through inotify on the log directory (no polling). Writing commands (`produce`,
-//! `reset-group`) take the writer lock and fail with a clear message while another process
-//! holds it.
+//! `reset-group`, `delete-group`) take the writer lock and fail with a clear message while
+//! another process holds it — except on a sink's group (an external group in the log's
+//! `groups.d`), which `reset-group` and `delete-group` change through a read-only open,
+//! while `cdc run` runs, and refuse while the sink itself runs (the group's lock).
 //!
 //! Output of `tail`: one JSON object per line,
 //! `{"partition":..,"offset":..,"timestamp":..,"key":..,"value":..,"headers":{..}}`;
@@ -87,9 +89,12 @@ pub enum LogCommand {
         #[arg(long, value_name = "N", default_value_t = 1000)]
         flush_every: usize,
     },
-    /// Consumer groups: topic, partition, committed offset, high watermark, lag.
+    /// Consumer groups: topic, partition, committed offset, high watermark, lag, and
+    /// whether retention keeps what the group has not read (PROTECT: true/false for sink
+    /// groups, - for groups of the writer's own store).
     Groups,
-    /// Move a group's committed offsets (stop its consumers first).
+    /// Move a group's committed offsets (stop its consumers first). A sink's group works
+    /// while `cdc run` writes the log; it is refused while the sink runs.
     ResetGroup {
         group: String,
         topic: String,
@@ -105,6 +110,8 @@ pub enum LogCommand {
         #[arg(long, group = "to")]
         to_latest: bool,
     },
+    /// Forget a consumer group (stop its consumer first; refused while a sink runs it).
+    DeleteGroup { group: String },
 }
 
 /// A failure of a `cdc log` command, with its exit code.
@@ -191,10 +198,11 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
         }
         LogCommand::Groups => {
             let log = Log::open_read_only(&dir)?;
-            println!("GROUP\tTOPIC\tPARTITION\tCOMMITTED\tHIGH-WATERMARK\tLAG");
+            println!("GROUP\tTOPIC\tPARTITION\tCOMMITTED\tHIGH-WATERMARK\tLAG\tPROTECT");
             for g in log.groups() {
+                let protect = g.protect.map_or("-".to_string(), |p| p.to_string());
                 println!(
-                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{protect}",
                     g.group, g.topic, g.partition, g.committed, g.high_watermark, g.lag
                 );
             }
@@ -276,8 +284,33 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
                     ))
                 }
             };
+            // A sink's group lives in its own file (`groups.d`): it is reset through a
+            // read-only open, so this works while `cdc run` holds the log.
+            let ro = Log::open_read_only(&dir)?;
+            if ro.external_group(&group).ok().flatten().is_some() {
+                return reset_group(&ro, &group, &topic, partition, to);
+            }
+            drop(ro);
             let log = open_writer(&dir, log_config.as_ref())?;
             reset_group(&log, &group, &topic, partition, to)
+        }
+        LogCommand::DeleteGroup { group } => {
+            let ro = Log::open_read_only(&dir)?;
+            let external = ro.external_group(&group).ok().flatten().is_some();
+            let in_writer = ro.groups().iter().any(|g| g.group == group && g.protect.is_none());
+            let deleted = if in_writer {
+                drop(ro);
+                open_writer(&dir, log_config.as_ref())?.delete_group(&group)?
+            } else if external {
+                ro.delete_group(&group)?
+            } else {
+                false
+            };
+            if !deleted {
+                return Err(Failure(1, format!("consumer group {group:?} does not exist")));
+            }
+            println!("deleted group {group}");
+            Ok(())
         }
     }
 }
@@ -601,7 +634,11 @@ fn reset_group(
         .iter()
         .map(|&(p, _)| log.committed(group, topic, p))
         .collect();
-    log.commit_many(group, topic, &offsets)?;
+    if log.external_group(group).ok().flatten().is_some() {
+        log.reset_external(group, topic, &offsets)?;
+    } else {
+        log.commit_many(group, topic, &offsets)?;
+    }
     for ((p, new), old) in offsets.iter().zip(old) {
         let old = old.map_or("-".to_string(), |o| o.to_string());
         println!("{group}\t{topic}\t{p}\t{old} -> {new}");

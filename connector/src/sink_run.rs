@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cdc_log::{HeaderRef, Log, LogOptions, NewRecord, ResetPolicy, TopicConfig};
+use cdc_log::{HeaderRef, Log, LogError, LogOptions, NewRecord, ResetPolicy, TopicConfig};
 use cdc_schemas::metrics::Metrics;
 use cdc_schemas::registry::SchemaRegistry;
 use cdc_sinks::{dlq_headers, DeadLetters, SinkContext, SinkError, SinkRecord, SinkSpec};
@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
 use crate::config::Config;
-use crate::log_consumer::EmbeddedConsumer;
+use crate::log_consumer::{EmbeddedConsumer, TopicSelector};
 
 /// The directory of a sink's own files (its dead-letter log).
 pub fn sink_dir(log_dir: &Path, sink: &str) -> PathBuf {
@@ -200,24 +200,29 @@ fn open_log(dir: &Path) -> Result<Log, SinkError> {
 }
 
 fn new_consumer(log: &Log, spec: &SinkSpec) -> Result<EmbeddedConsumer, SinkError> {
-    let topics: Vec<String> = log
-        .topics()
-        .into_iter()
-        .filter(|t| spec.reads_topic(t))
-        .collect();
-    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
     let reset = if spec.starts_at_earliest() {
         ResetPolicy::Earliest
     } else {
         ResetPolicy::Latest
     };
-    EmbeddedConsumer::new(log, &spec.group(), &names, reset).map_err(|e| {
-        SinkError::transient(
-            format!("opening sink {}'s consumer group", spec.name()),
-            e.to_string(),
-        )
-        .caused_by(e)
-    })
+    // A predicate, not today's list: topics created later (a table added) are read too.
+    let chooser = spec.clone();
+    let topics = TopicSelector::predicate(move |t| chooser.reads_topic(t));
+    EmbeddedConsumer::new(log, &spec.group(), topics, reset, spec.protects_unread()).map_err(
+        |e| match e {
+            LogError::GroupLocked { .. } => SinkError::definite(
+                format!("opening sink {}'s consumer group", spec.name()),
+                e.to_string(),
+                "another process runs this sink (cdc run and cdc sink with the same \
+                 [[sink]]?): stop it, or give this sink its own `group`",
+            ),
+            e => SinkError::transient(
+                format!("opening sink {}'s consumer group", spec.name()),
+                e.to_string(),
+            )
+            .caused_by(e),
+        },
+    )
 }
 
 /// Starts every `[[sink]]` of `config` as a named task of `cdc run`; each stops at

@@ -16,7 +16,7 @@ use cdc_sinks::{Change, Delivered, Op, Sink, SinkError, SinkSpec};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::log_consumer::EmbeddedConsumer;
+use crate::log_consumer::{EmbeddedConsumer, TopicSelector};
 use crate::sink_run::{sink_dir, EmbeddedDeadLetters};
 
 /// Keeps every change; refuses the row with id 3 for good.
@@ -108,8 +108,9 @@ async fn changes_are_applied_passed_over_or_dead_lettered_and_the_group_moves_pa
     let mut consumer = EmbeddedConsumer::new(
         &log,
         "cdc-sink-cache",
-        &["app.public.orders"],
+        TopicSelector::patterns(["app.public.orders"]),
         ResetPolicy::Earliest,
+        true,
     )
     .unwrap();
     let mut prepare = Prepare::new(

@@ -153,6 +153,14 @@ pub enum LogError {
         topic: String,
         partition: u32,
     },
+    /// Another consumer holds the group's lock (`groups.d/<group>.lock`): two consumers of
+    /// one group would overwrite each other's offsets. Definite.
+    #[error("consumer group {group:?} of the log at {} is in use by another consumer{}: stop it first (one process per sink), or give this one another group", dir.display(), pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    GroupLocked {
+        group: String,
+        dir: PathBuf,
+        pid: Option<u32>,
+    },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("invalid topic config: {0}")]

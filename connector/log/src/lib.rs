@@ -88,6 +88,7 @@ pub mod batch;
 mod codec;
 mod compaction;
 pub mod error;
+mod external;
 mod failpoint;
 mod fsutil;
 mod groups;
@@ -111,6 +112,7 @@ mod writer;
 
 pub use crate::batch::Compression;
 pub use crate::error::{DecodeError, LogError, Result};
+pub use crate::external::{ExternalGroup, GroupLock};
 pub use crate::log::{
     FlushInfo, FlushPolicy, GroupLag, Log, LogOptions, MaintenanceReport, PartitionDescription,
     Topic, TopicDescription,

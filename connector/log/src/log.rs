@@ -8,7 +8,9 @@
 //!   flushes on its own);
 //! - `flush`: [`Log::flush`] (the durability protocol) and [`Log::close`];
 //! - `view`: a read-only log catching up with the writer of another process;
-//! - `consumers`: readers and consumer groups' committed offsets;
+//! - `consumers`: readers and consumer groups' committed offsets, merged over both
+//!   stores (the writer's `groups` file and `groups.d`);
+//! - `external`: external groups (`groups.d`): commits from any process, locks, reset;
 //! - `budget`: the disk budget and the disk-usage gauge it is checked against;
 //! - `maintenance`: retention, compaction and verification, and the thread that runs them.
 //!
@@ -18,6 +20,8 @@
 //! <dir>/.lock                          flock held while open (one process at a time)
 //! <dir>/ledger                         durable ends, log starts, checkpoint (ledger.rs)
 //! <dir>/groups                         consumer-group committed offsets (groups.rs)
+//! <dir>/groups.d/<group>.group         external groups' offsets + protect flag (external.rs)
+//! <dir>/groups.d/<group>.lock          flock held while a consumer of the group is open
 //! <dir>/topics/<topic>/topic.conf      topic config (topic_config.rs)
 //! <dir>/topics/<topic>/<partition>/    segments: NNNNNNNNNNNNNNNNNNNN.{log,index,timeindex}
 //! ```
@@ -29,7 +33,7 @@
 //! `flush` (after fsyncing segment data), by retention (log start, before deleting files)
 //! and on open when recovery had to move a bound; all ledger writes hold `ledger`'s mutex
 //! and write the whole in-memory state. Lock order: `flush_lock` -> partition state ->
-//! `ledger`; `groups` and `topics` are never held while taking a partition lock... except
+//! `ledger`; `groups`, `external` and `topics` are never held while taking a partition lock... except
 //! `topics` (read) while iterating partitions, which never waits on anything else.
 
 use std::collections::BTreeMap;
@@ -52,6 +56,7 @@ use crate::topic_config::{validate_topic_name, TopicConfig};
 mod append;
 mod budget;
 mod consumers;
+mod external;
 mod flush;
 mod maintenance;
 mod open;
@@ -179,6 +184,11 @@ pub(crate) struct LogInner {
     flush_lock: Mutex<FlushClock>,
     bytes_since_flush: AtomicU64,
     pub groups: Mutex<GroupStore>,
+    /// The groups of `groups.d` (`external.rs`) as last read; re-read (cheaply, by file
+    /// stamps) before every decision that depends on them.
+    pub external: Mutex<crate::external::ExternalStore>,
+    /// Groups holding back time/size retention in the last pass (one warning per streak).
+    pub retention_holds: Mutex<std::collections::BTreeSet<String>>,
     pub metrics: Arc<Metrics>,
     pub budget: Arc<BudgetSignal>,
     poisoned: Mutex<Option<String>>,
@@ -270,6 +280,11 @@ pub struct GroupLag {
     pub high_watermark: u64,
     /// `high_watermark - committed`, 0 if the group is ahead.
     pub lag: u64,
+    /// `None`: a group of the writer's own store (`Log::commit`; the disk budget keeps
+    /// its unread records). `Some(protect)`: an external group (`groups.d`, committed
+    /// with [`Log::commit_external`]); with `protect` retention and the budget keep its
+    /// unread records, without it they ignore the group.
+    pub protect: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

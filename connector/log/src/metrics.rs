@@ -31,6 +31,9 @@ pub struct Metrics {
     /// Bytes of all segment files, recycle-pool files included, and the stale length of a
     /// recycled active segment (gauge; what the disk budget compares; `recycle.rs`).
     pub total_bytes: AtomicU64,
+    /// Segments that time/size retention would have deleted in its last pass but kept
+    /// because a consumer group with `protect` has not read them (gauge).
+    pub retention_held_segments: AtomicU64,
 }
 
 /// A point-in-time copy of [`Metrics`].
@@ -60,6 +63,7 @@ pub struct MetricsSnapshot {
     pub ledger_fallback_cut_records: u64,
     pub budget_blocked: bool,
     pub total_bytes: u64,
+    pub retention_held_segments: u64,
 }
 
 impl Metrics {
@@ -89,6 +93,7 @@ impl Metrics {
             ledger_fallback_cut_records: g(&self.ledger_fallback_cut_records),
             budget_blocked: g(&self.budget_blocked) != 0,
             total_bytes: g(&self.total_bytes),
+            retention_held_segments: g(&self.retention_held_segments),
         }
     }
 }

@@ -15,12 +15,19 @@
 //! with a check that the log is not closed, so `Log::close` (which takes each partition's
 //! maintenance lock after marking the log closed) returns only when none is under way.
 //!
+//! Time and size retention never delete a segment that an external group with `protect`
+//! (`groups.d`, `external.rs`; re-read at each pass) has not fully read: such a group is
+//! "registered" for retention. Groups of the writer's store and external groups without
+//! `protect` do not hold retention back.
+//!
 //! Budget relief (when the disk budget is exhausted) first deletes every partition's
 //! recycle-pool files (they hold no records), then applies only to topics whose policy
 //! includes `delete` and only to segments that *every* group registered on the partition
-//! has read past; a partition with no registered group is never trimmed by the budget
-//! (only by its retention), so a sink that has not started yet loses nothing.
+//! (the writer's store and external groups with `protect`, re-read first) has read past;
+//! a partition with no registered group is never trimmed by the budget (only by its
+//! retention), so a sink that has not started yet loses nothing.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -86,15 +93,31 @@ fn truncate_front(log: &Log, part: &Partition, count: usize, recycle: bool) -> R
     Ok((count as u64, bytes))
 }
 
+/// What retention may do with a partition's leading segments.
+struct Due {
+    /// Segments to delete.
+    count: usize,
+    /// Segments past `count` that retention would delete but a protecting group has not
+    /// read (the first one ends at `held_end`).
+    held: usize,
+    held_end: u64,
+}
+
 /// How many leading segments retention deletes (Kafka's rules: time by the segment's
-/// largest timestamp; size while what remains stays >= retention.bytes).
-fn retention_count(part: &Partition, cfg: &TopicConfig, now: i64) -> usize {
+/// largest timestamp; size while what remains stays >= retention.bytes), never one that
+/// ends past `floor` (the lowest offset of the groups protecting the partition).
+fn retention_count(part: &Partition, cfg: &TopicConfig, now: i64, floor: Option<u64>) -> Due {
     let st = part.lock();
     let n = st.segments.len();
     let mut remaining = st.size_bytes();
-    let mut count = 0;
+    let mut due = Due {
+        count: 0,
+        held: 0,
+        held_end: 0,
+    };
     for i in 0..n.saturating_sub(1) {
-        if st.segment_end(i) > st.hw {
+        let end = st.segment_end(i);
+        if end > st.hw {
             break;
         }
         let seg = &st.segments[i];
@@ -108,13 +131,30 @@ fn retention_count(part: &Partition, cfg: &TopicConfig, now: i64) -> usize {
             break;
         }
         remaining -= seg.size;
-        count += 1;
+        // Deletion is a prefix: once a segment is held, every later one is too.
+        if due.held == 0 && floor.is_none_or(|f| end <= f) {
+            due.count += 1;
+        } else {
+            if due.held == 0 {
+                due.held_end = end;
+            }
+            due.held += 1;
+        }
     }
-    count
+    due
 }
 
+/// Time and size retention of every delete-policy topic. External groups with `protect`
+/// (`groups.d`, re-read first) hold it back on the partitions they have not read: the
+/// segments kept so are the gauge `retention_held_segments`, and each holding group gets
+/// one warning per streak (and an info line when it no longer holds anything back).
 pub fn enforce_retention(log: &Log, now: i64) -> Result<MaintenanceReport> {
+    // A damaged group file fails the pass: an unknown offset may still need any segment.
+    log.reload_external()?;
+    let protected = log.protected_offsets();
     let mut r = MaintenanceReport::default();
+    let mut held_total = 0u64;
+    let mut holding: BTreeMap<String, (String, u32, u64, usize)> = BTreeMap::new();
     for name in log.topics() {
         let t = log.topic(&name)?;
         let cfg = t.config().clone();
@@ -123,16 +163,43 @@ pub fn enforce_retention(log: &Log, now: i64) -> Result<MaintenanceReport> {
         }
         for p in 0..cfg.partitions {
             let part: Arc<Partition> = log.partition(&name, p)?;
+            let guards = protected.get(&(name.clone(), p));
+            let floor = guards.and_then(|g| g.iter().map(|(_, o)| *o).min());
             let _m = lock(&part.maintenance);
             // `Log::close` waits for the partition's maintenance lock: past it, nothing
             // more may be written.
             log.check_not_closed()?;
-            let k = retention_count(&part, &cfg, now);
-            let (s, b) = truncate_front(log, &part, k, true)?;
+            let due = retention_count(&part, &cfg, now, floor);
+            let (s, b) = truncate_front(log, &part, due.count, true)?;
             r.deleted_segments += s;
             r.deleted_bytes += b;
+            if due.held > 0 {
+                held_total += due.held as u64;
+                for (g, o) in guards.into_iter().flatten() {
+                    if *o < due.held_end {
+                        holding
+                            .entry(g.clone())
+                            .or_insert_with(|| (name.clone(), p, *o, due.held));
+                    }
+                }
+            }
         }
     }
+    log.metrics_ref()
+        .retention_held_segments
+        .store(held_total, Ordering::Relaxed);
+    let mut streak = lock(&log.inner.retention_holds);
+    for (g, (topic, partition, committed, segments)) in &holding {
+        if !streak.contains(g) {
+            tracing::warn!(group = %g, topic = %topic, partition, committed, segments, "retention held back: consumer group {g:?} (protect = true) has not read segments that retention would delete; the log grows until it catches up (or set the sink's protect = false, or delete the group)");
+        }
+    }
+    for g in streak.iter() {
+        if !holding.contains_key(g) {
+            tracing::info!(group = %g, "consumer group no longer holds back retention");
+        }
+    }
+    *streak = holding.into_keys().collect();
     Ok(r)
 }
 
@@ -161,6 +228,8 @@ pub fn free_for_budget(log: &Log) -> Result<u64> {
     if freed > 0 && log.budget_has_room() {
         return Ok(freed);
     }
+    // Consumers in other processes commit to `groups.d`: see their progress.
+    log.reload_external()?;
     for name in log.topics() {
         let t = log.topic(&name)?;
         if !t.config().cleanup_policy.delete {

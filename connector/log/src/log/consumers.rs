@@ -1,6 +1,7 @@
 //! The consuming side: [`Reader`]s of one partition (from an offset, a time, the earliest
-//! or the latest record) and consumer groups — durable committed offsets (`groups.rs`),
-//! lag, reset, deletion.
+//! or the latest record) and consumer groups — durable committed offsets (`groups.rs`,
+//! the writer's store; `external.rs`, one file per group in `groups.d`, which the reads,
+//! reset and deletion here merge with it), lag, reset, deletion.
 //!
 //! Invariants: a change of committed offsets is written to the group file before it is
 //! applied in memory, so what readers and retention see was made durable first. A group
@@ -8,6 +9,8 @@
 //! at once, so the disk budget protects its unread records (`min_committed`). Every
 //! change wakes the appends waiting on the budget: consumers moving on may let it free
 //! space.
+
+use std::collections::BTreeMap;
 
 use super::{GroupLag, Log};
 use crate::error::{LogError, Result};
@@ -111,8 +114,13 @@ impl Log {
         Ok(())
     }
 
-    /// The group's committed offset for a partition, if any.
+    /// The group's committed offset for a partition, if any: the external group's
+    /// (`groups.d`, re-read where it changed) if it has one there, else the writer's store.
     pub fn committed(&self, group: &str, topic: &str, partition: u32) -> Option<u64> {
+        self.reload_external_or_warn();
+        if let Some(o) = self.external_committed(group, topic, partition) {
+            return Some(o);
+        }
         lock(&self.inner.groups)
             .groups
             .get(group)
@@ -120,32 +128,46 @@ impl Log {
             .copied()
     }
 
-    /// Every group's committed offset and lag on every partition it committed.
+    /// Every group's committed offset and lag on every partition it committed: the
+    /// writer's store and the external groups (`groups.d`, re-read where it changed).
+    /// Where a group has an offset in both, the external one is shown (and used).
     pub fn groups(&self) -> Vec<GroupLag> {
-        let snapshot = lock(&self.inner.groups).groups.clone();
-        let mut out = Vec::new();
-        for (g, entries) in snapshot {
-            for ((t, p), committed) in entries {
-                let hw = self
-                    .partition(&t, p)
-                    .map(|part| part.high_watermark())
-                    .unwrap_or(0);
-                out.push(GroupLag {
-                    group: g.clone(),
-                    topic: t,
-                    partition: p,
-                    committed,
-                    high_watermark: hw,
-                    lag: hw.saturating_sub(committed),
-                });
+        self.reload_external_or_warn();
+        let mut merged: BTreeMap<(String, String, u32), (u64, Option<bool>)> = BTreeMap::new();
+        for (g, entries) in lock(&self.inner.groups).groups.clone() {
+            for ((t, p), o) in entries {
+                merged.insert((g.clone(), t, p), (o, None));
             }
+        }
+        for (g, protect, entries) in self.external_snapshot() {
+            for ((t, p), o) in entries {
+                merged.insert((g.clone(), t, p), (o, Some(protect)));
+            }
+        }
+        let mut out = Vec::new();
+        for ((g, t, p), (committed, protect)) in merged {
+            let hw = self
+                .partition(&t, p)
+                .map(|part| part.high_watermark())
+                .unwrap_or(0);
+            out.push(GroupLag {
+                group: g,
+                topic: t,
+                partition: p,
+                committed,
+                high_watermark: hw,
+                lag: hw.saturating_sub(committed),
+                protect,
+            });
         }
         out
     }
 
     /// Sets the group's committed offset on every partition of `topic` to `to`, resolved
-    /// per partition. Returns the offsets committed. (Stop the group's consumers first:
-    /// a running consumer commits its own position over this.)
+    /// per partition. Returns the offsets committed. An external group (`groups.d`) is
+    /// reset in its own file, also on a read-only log, and only while no consumer holds
+    /// its lock ([`LogError::GroupLocked`]); any other group in the writer's store (stop
+    /// its consumers first: a running consumer commits its own position over this).
     pub fn reset_group(&self, group: &str, topic: &str, to: StartAt) -> Result<Vec<(u32, u64)>> {
         let t = self.topic(topic)?;
         let mut offsets = Vec::new();
@@ -153,29 +175,54 @@ impl Log {
             let o = self.resolve(part, to)?;
             offsets.push((part.id, o));
         }
-        self.commit_many(group, topic, &offsets)?;
+        if self.external_group(group).ok().flatten().is_some() {
+            self.reset_external(group, topic, &offsets)?;
+        } else {
+            self.commit_many(group, topic, &offsets)?;
+        }
         Ok(offsets)
     }
 
-    /// Forgets a group entirely.
+    /// Forgets a group entirely, in both stores. Its external file (`groups.d`) is removed
+    /// also on a read-only log, and only while no consumer holds the group's lock
+    /// ([`LogError::GroupLocked`]); an entry in the writer's store needs a writable log.
     pub fn delete_group(&self, group: &str) -> Result<bool> {
-        self.check_open()?;
-        let mut g = lock(&self.inner.groups);
-        let mut next = g.clone();
-        let existed = next.groups.remove(group).is_some();
-        if existed {
+        self.check_not_closed()?;
+        let internal = lock(&self.inner.groups).groups.contains_key(group);
+        if internal {
+            // Checked before the external file goes, so a refusal changes nothing.
+            self.check_open()?;
+        }
+        let mut existed = self.delete_external(group)?;
+        if internal {
+            let mut g = lock(&self.inner.groups);
+            let mut next = g.clone();
+            existed |= next.groups.remove(group).is_some();
             next.store(&self.inner.dir)?;
             *g = next;
         }
-        drop(g);
         self.inner.budget.notifier.notify_all();
         Ok(existed)
     }
 
-    /// Lowest committed offset among groups registered on the partition, if any.
+    /// Lowest committed offset among groups registered on the partition, if any: the
+    /// writer's store and the external groups with `protect` (as last reloaded; the
+    /// budget's caller reloads first). External groups without it do not count.
     pub(crate) fn min_committed(&self, topic: &str, partition: u32) -> Option<u64> {
-        let g = lock(&self.inner.groups);
         let key = (topic.to_string(), partition);
-        g.groups.values().filter_map(|m| m.get(&key)).min().copied()
+        let internal = {
+            let g = lock(&self.inner.groups);
+            g.groups.values().filter_map(|m| m.get(&key)).min().copied()
+        };
+        let external = lock(&self.inner.external)
+            .groups()
+            .filter(|g| g.protect)
+            .filter_map(|g| g.offsets.get(&key))
+            .min()
+            .copied();
+        match (internal, external) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }

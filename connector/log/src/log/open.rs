@@ -379,6 +379,8 @@ impl Log {
             .sum();
         metrics.total_bytes.store(total, Ordering::Relaxed);
         let groups = GroupStore::load(&dir)?;
+        let mut external = crate::external::ExternalStore::default();
+        external.reload(&dir)?;
         let watcher = if read_only {
             Some(fsutil::DirWatcher::new(&dir)?)
         } else {
@@ -401,6 +403,8 @@ impl Log {
             }),
             bytes_since_flush: AtomicU64::new(0),
             groups: Mutex::new(groups),
+            external: Mutex::new(external),
+            retention_holds: Mutex::new(Default::default()),
             metrics,
             budget: Arc::new(BudgetSignal {
                 notifier: Notifier::default(),

@@ -1,6 +1,6 @@
 //! The read-only view: a log opened with [`Log::open_read_only`] (by any process, without
 //! the lock) catching up with the writer that holds the directory. [`Log::refresh`]
-//! re-reads the ledger and the group offsets, opens new topics and extends every partition
+//! re-reads the ledger and the group offsets (the writer's `groups` and `groups.d`), opens new topics and extends every partition
 //! to the new durable end (`partition/refresh.rs`); [`Log::wait_for_change`] sleeps on the
 //! directory's inotify watch until the writer writes.
 //!
@@ -80,11 +80,15 @@ impl Log {
             }
         }
         let groups = GroupStore::load(dir)?;
-        let mut g = lock(&self.inner.groups);
-        if g.generation != groups.generation {
-            *g = groups;
-            changed = true;
+        {
+            let mut g = lock(&self.inner.groups);
+            if g.generation != groups.generation {
+                *g = groups;
+                changed = true;
+            }
         }
+        // External groups (`groups.d`): only the files whose stamp changed are read.
+        changed |= self.reload_external()?;
         Ok(changed)
     }
 
