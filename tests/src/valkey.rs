@@ -15,7 +15,7 @@ use crate::redis::{RedisOptions, RedisServer};
 
 /// The Valkey server binary, if there is one.
 pub fn valkey_binary() -> Option<PathBuf> {
-    if let Some(b) = std::env::var_os("CDC_TEST_VALKEY_BIN") {
+    if let Some(b) = std::env::var_os("CDC_TEST_VALKEY_BIN").filter(|b| !b.is_empty()) {
         return Some(PathBuf::from(b));
     }
     let cache = match std::env::var_os("CDC_TEST_CACHE") {

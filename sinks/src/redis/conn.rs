@@ -243,6 +243,26 @@ impl Conn {
         }
     }
 
+    /// Sends one command without waiting for its reply (read it with [`Conn::recv`]).
+    /// Redis buffers the replies, so many may be sent before the first is read.
+    pub async fn send(&mut self, cmd: &Cmd) -> Result<(), ConnError> {
+        self.out.clear();
+        cmd.write_to(&mut self.out);
+        let Conn { writer, out, .. } = self;
+        match tokio::time::timeout(self.timeout, writer.write_all(out)).await {
+            Ok(r) => Ok(r?),
+            Err(_) => Err(ConnError::Timeout(self.timeout)),
+        }
+    }
+
+    /// The reply to the oldest command sent and not yet answered.
+    pub async fn recv(&mut self) -> Result<Reply, ConnError> {
+        match tokio::time::timeout(self.timeout, read_reply(&mut self.reader)).await {
+            Ok(r) => r,
+            Err(_) => Err(ConnError::Timeout(self.timeout)),
+        }
+    }
+
     /// One command.
     pub async fn call(&mut self, cmd: Cmd) -> Result<Reply, ConnError> {
         let mut r = self.pipeline(std::slice::from_ref(&cmd)).await?;

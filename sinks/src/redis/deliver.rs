@@ -8,8 +8,6 @@
 //! runs after its marker is set, so a change applied meanwhile with a newer version
 //! survives it and an older one is ignored by the marker.
 
-use std::collections::HashMap;
-
 use serde_json::Value;
 
 use super::config::{Mode, ValueKind};
@@ -18,35 +16,35 @@ use super::{RedisSink, CALL_BYTES, CALL_CHANGES};
 use crate::change::{Change, Op};
 use crate::SinkError;
 
-/// One script call being built.
+/// One script call: its arguments after the script's name, and for each change it
+/// carries (numbered from 1 in the script), the change's index in the batch.
 struct Call {
-    /// Versions-hash names, in their 1-based index order.
-    tables: Vec<String>,
-    table_index: HashMap<String, usize>,
-    entries: Cmd,
-    /// For each change of the call, its index in the batch.
+    body: Cmd,
     changes: Vec<usize>,
 }
 
-impl Call {
-    fn new() -> Call {
-        Call {
-            tables: Vec::new(),
-            table_index: HashMap::new(),
-            entries: Cmd::default(),
-            changes: Vec::new(),
-        }
-    }
+/// A table's section of a call being built.
+struct Section {
+    vh: String,
+    entries: Cmd,
+    changes: Vec<usize>,
+}
 
-    fn table(&mut self, vh: &str) -> usize {
-        if let Some(&i) = self.table_index.get(vh) {
-            return i;
-        }
-        self.tables.push(vh.to_string());
-        let i = self.tables.len();
-        self.table_index.insert(vh.to_string(), i);
-        i
-    }
+/// Builds calls from a batch, one at a time (so that the first can be on its way to
+/// Redis while the next is built).
+struct Builder<'a> {
+    cfg: &'a super::config::Resolved,
+    flags: String,
+    changes: &'a [Change],
+    cuts: &'a [usize],
+    /// Next cut to take.
+    cut: usize,
+    /// Start of the next range.
+    start: usize,
+    key: String,
+    json: Vec<u8>,
+    field: Vec<u8>,
+    vh: String,
 }
 
 /// The versions hash of a change's table.
@@ -65,6 +63,125 @@ fn field_text(v: &Value, out: &mut Vec<u8>) {
     }
 }
 
+impl<'a> Builder<'a> {
+    fn new(cfg: &'a super::config::Resolved, changes: &'a [Change], cuts: &'a [usize]) -> Self {
+        let v = match cfg.value {
+            ValueKind::Json => 'j',
+            ValueKind::Hash => 'h',
+        };
+        let m = match cfg.mode {
+            Mode::Upsert => 'u',
+            Mode::Invalidate => 'i',
+        };
+        Builder {
+            cfg,
+            flags: format!("{v}{m}"),
+            changes,
+            cuts,
+            cut: 0,
+            start: 0,
+            key: String::new(),
+            json: Vec::new(),
+            field: Vec::new(),
+            vh: String::new(),
+        }
+    }
+
+    /// The next call, `None` when the batch is all in calls. A call ends at a cut, once
+    /// it holds [`CALL_CHANGES`] changes or [`CALL_BYTES`] bytes.
+    fn next_call(&mut self) -> Option<Call> {
+        let mut sections: Vec<Section> = Vec::new();
+        let mut n = 0;
+        let mut bytes = 0;
+        while self.cut < self.cuts.len() && n < CALL_CHANGES && bytes < CALL_BYTES {
+            let end = self.cuts[self.cut];
+            self.cut += 1;
+            for i in self.start..end {
+                let c = &self.changes[i];
+                if c.op == Op::TxEnd {
+                    continue;
+                }
+                self.vh.clear();
+                self.vh.push_str(&self.cfg.prefix);
+                self.vh.push_str(":__cdc:v:");
+                self.vh.push_str(&c.schema);
+                self.vh.push('.');
+                self.vh.push_str(&c.table);
+                let si = match sections.iter().position(|s| s.vh == self.vh) {
+                    Some(si) => si,
+                    None => {
+                        sections.push(Section {
+                            vh: self.vh.clone(),
+                            entries: Cmd::default(),
+                            changes: Vec::new(),
+                        });
+                        sections.len() - 1
+                    }
+                };
+                let sec = &mut sections[si];
+                sec.changes.push(i);
+                n += 1;
+                let before = sec.entries.len();
+                self.entry(c, si, &mut sections);
+                bytes += sections[si].entries.len() - before;
+            }
+            self.start = end;
+        }
+        if n == 0 {
+            return None;
+        }
+        let mut body = Cmd::default();
+        body.arg(self.flags.as_bytes())
+            .arg_u64(self.cfg.ttl_ms.unwrap_or(0));
+        let mut changes = Vec::with_capacity(n);
+        for s in sections {
+            body.arg(s.vh.as_bytes()).arg_u64(s.changes.len() as u64);
+            body.append(&s.entries);
+            changes.extend(s.changes);
+        }
+        Some(Call { body, changes })
+    }
+
+    /// Appends `c`'s arguments to section `si`.
+    fn entry(&mut self, c: &Change, si: usize, sections: &mut [Section]) {
+        let e = &mut sections[si].entries;
+        let mut version = String::with_capacity(21);
+        match (c.op, &c.after) {
+            (Op::Truncate, _) => {
+                version.push('t');
+                version.push_str(&c.version().to_string());
+                e.arg(version.as_bytes());
+            }
+            (op, Some(after)) if op.upserts() && self.cfg.mode == Mode::Upsert => {
+                self.cfg.template.render(c, &mut self.key);
+                e.arg_u64(c.version()).arg(self.key.as_bytes());
+                match self.cfg.value {
+                    ValueKind::Json => {
+                        self.json.clear();
+                        let _ = serde_json::to_writer(&mut self.json, after);
+                        e.arg(&self.json);
+                    }
+                    ValueKind::Hash => {
+                        let n = after.values().filter(|v| !v.is_null()).count();
+                        e.arg_u64(n as u64);
+                        for (k, v) in after.iter().filter(|(_, v)| !v.is_null()) {
+                            field_text(v, &mut self.field);
+                            e.arg(k.as_bytes()).arg(&self.field);
+                        }
+                    }
+                }
+            }
+            _ => {
+                // A delete, or any change of an invalidating sink.
+                self.cfg.template.render(c, &mut self.key);
+                version.push('d');
+                version.push_str(&c.version().to_string());
+                e.arg(version.as_bytes()).arg(self.key.as_bytes());
+            }
+        }
+    }
+}
+
 impl RedisSink {
     /// Applies `changes` (a prefix of the batch that the plan allows), keeping `cuts`;
     /// returns the refused changes.
@@ -73,7 +190,6 @@ impl RedisSink {
         changes: &[Change],
         cuts: &[usize],
     ) -> Result<Vec<(usize, String)>, SinkError> {
-        let calls = self.build_calls(changes, cuts);
         let mut truncates: Vec<(String, u64)> = Vec::new();
         for c in changes.iter().filter(|c| c.op == Op::Truncate) {
             let vh = versions_key(&self.cfg.prefix, c);
@@ -82,45 +198,35 @@ impl RedisSink {
                 None => truncates.push((vh, c.version())),
             }
         }
-        let mut rejected = Vec::new();
-        let mut todo: Vec<usize> = (0..calls.len()).collect();
-        let mut reloads = 0;
-        while !todo.is_empty() {
-            let addr = self.cfg.address.clone();
-            let flags = self.flags();
-            let ttl = self.cfg.ttl_ms.unwrap_or(0);
-            let c = self.connected().await?;
-            let cmds: Vec<Cmd> = todo
-                .iter()
-                .map(|&i| {
-                    let call = &calls[i];
-                    let mut cmd = Cmd::new("EVALSHA");
-                    cmd.arg(c.apply_sha.as_bytes())
-                        .arg(b"0")
-                        .arg(flags.as_bytes());
-                    cmd.arg_u64(ttl).arg_u64(call.tables.len() as u64);
-                    for t in &call.tables {
-                        cmd.arg(t.as_bytes());
-                    }
-                    cmd.append(&call.entries);
-                    cmd
-                })
-                .collect();
-            let replies = c
-                .conn
-                .pipeline(&cmds)
+        let addr = self.cfg.address.clone();
+        let io = |e: super::conn::ConnError| e.into_sink_error(&addr);
+        self.connected().await?;
+        // Taken out while in use: dropped (not put back) if anything fails on it.
+        let mut c = self.conn.take().expect("connected");
+        // Each call is sent as soon as it is built, so Redis runs one while the next is
+        // built; the replies are read after the last.
+        let mut builder = Builder::new(&self.cfg, changes, cuts);
+        let mut calls = Vec::new();
+        while let Some(call) = builder.next_call() {
+            c.conn
+                .send(&evalsha(&c.apply_sha, &call.body))
                 .await
-                .map_err(|e| e.into_sink_error(&addr))?;
-            self.metrics.calls.add(cmds.len() as u64);
+                .map_err(io)?;
+            calls.push(call);
+        }
+        let mut todo: Vec<usize> = (0..calls.len()).collect();
+        let mut rejected = Vec::new();
+        let mut reloads = 0;
+        loop {
             let mut again = Vec::new();
-            for (&i, reply) in todo.iter().zip(replies) {
+            for &i in &todo {
+                let reply = c.conn.recv().await.map_err(io)?;
+                self.metrics.calls.inc();
                 match reply {
                     Reply::Array(Some(items)) => {
-                        let stale = match items.get(1) {
-                            Some(Reply::Int(n)) => *n as u64,
-                            _ => 0,
-                        };
-                        self.metrics.stale.add(stale);
+                        if let Some(Reply::Int(n)) = items.get(1) {
+                            self.metrics.stale.add(*n as u64);
+                        }
                         for pair in items.get(2..).unwrap_or(&[]).chunks(2) {
                             if let [Reply::Int(n), err] = pair {
                                 let idx = calls[i].changes[(*n as usize).saturating_sub(1)];
@@ -145,98 +251,36 @@ impl RedisSink {
                     }
                 }
             }
-            if !again.is_empty() {
-                // The script cache was flushed (SCRIPT FLUSH, a restart between calls).
-                reloads += 1;
-                if reloads > 3 {
-                    return Err(SinkError::transient(
-                        "applying changes in Redis",
-                        "the server keeps forgetting the sink's scripts (NOSCRIPT)",
-                    ));
-                }
-                let c = self.conn.as_mut().expect("connected");
-                let (a, s) = super::load_scripts(&mut c.conn, &addr).await?;
-                c.apply_sha = a;
-                c.sweep_sha = s;
-                tracing::info!(sink = %self.name, "sink: Redis lost the scripts (NOSCRIPT); reloaded them");
+            if again.is_empty() {
+                break;
+            }
+            // The script cache was flushed (SCRIPT FLUSH, a restart between calls): load
+            // the scripts again and resend what Redis did not know.
+            reloads += 1;
+            if reloads > 3 {
+                return Err(SinkError::transient(
+                    "applying changes in Redis",
+                    "the server keeps forgetting the sink's scripts (NOSCRIPT)",
+                ));
+            }
+            let (a, s) = super::load_scripts(&mut c.conn, &addr).await?;
+            c.apply_sha = a;
+            c.sweep_sha = s;
+            tracing::info!(sink = %self.name, "sink: Redis lost the scripts (NOSCRIPT); reloaded them");
+            for &i in &again {
+                c.conn
+                    .send(&evalsha(&c.apply_sha, &calls[i].body))
+                    .await
+                    .map_err(io)?;
             }
             todo = again;
         }
+        self.conn = Some(c);
         for (vh, tv) in truncates {
             self.sweep(&vh, tv).await?;
         }
         rejected.sort_by_key(|(i, _)| *i);
         Ok(rejected)
-    }
-
-    fn flags(&self) -> String {
-        let v = match self.cfg.value {
-            ValueKind::Json => 'j',
-            ValueKind::Hash => 'h',
-        };
-        let m = match self.cfg.mode {
-            Mode::Upsert => 'u',
-            Mode::Invalidate => 'i',
-        };
-        format!("{v}{m}")
-    }
-
-    fn build_calls(&self, changes: &[Change], cuts: &[usize]) -> Vec<Call> {
-        let mut calls = Vec::new();
-        let mut call = Call::new();
-        let mut key = String::new();
-        let mut json = Vec::new();
-        let mut field = Vec::new();
-        let mut start = 0;
-        for &end in cuts {
-            for (i, c) in changes.iter().enumerate().take(end).skip(start) {
-                if c.op == Op::TxEnd {
-                    continue;
-                }
-                let vh = versions_key(&self.cfg.prefix, c);
-                let t = call.table(&vh);
-                call.changes.push(i);
-                let e = &mut call.entries;
-                e.arg_u64(t as u64);
-                match (c.op, &c.after) {
-                    (Op::Truncate, _) => {
-                        e.arg(b"t").arg_u64(c.version()).arg(b"");
-                    }
-                    (op, Some(after)) if op.upserts() && self.cfg.mode == Mode::Upsert => {
-                        self.cfg.template.render(c, &mut key);
-                        e.arg(b"u").arg_u64(c.version()).arg(key.as_bytes());
-                        match self.cfg.value {
-                            ValueKind::Json => {
-                                json.clear();
-                                let _ = serde_json::to_writer(&mut json, after);
-                                e.arg(&json);
-                            }
-                            ValueKind::Hash => {
-                                let n = after.values().filter(|v| !v.is_null()).count();
-                                e.arg_u64(n as u64);
-                                for (k, v) in after.iter().filter(|(_, v)| !v.is_null()) {
-                                    field_text(v, &mut field);
-                                    e.arg(k.as_bytes()).arg(&field);
-                                }
-                            }
-                        }
-                    }
-                    _ => {
-                        // A delete, or any change of an invalidating sink.
-                        self.cfg.template.render(c, &mut key);
-                        e.arg(b"d").arg_u64(c.version()).arg(key.as_bytes());
-                    }
-                }
-            }
-            start = end;
-            if call.changes.len() >= CALL_CHANGES || call.entries.len() >= CALL_BYTES {
-                calls.push(std::mem::replace(&mut call, Call::new()));
-            }
-        }
-        if !call.changes.is_empty() {
-            calls.push(call);
-        }
-        calls
     }
 
     /// Deletes the rows of truncated table `vh` older than `tv` (its marker is set).
@@ -324,6 +368,12 @@ impl RedisSink {
         tracing::info!(sink = %self.name, versions = %vh, deleted, "sink: table truncated in Redis");
         Ok(())
     }
+}
+
+fn evalsha(sha: &str, body: &Cmd) -> Cmd {
+    let mut cmd = Cmd::new("EVALSHA");
+    cmd.arg(sha.as_bytes()).arg(b"0").append(body);
+    cmd
 }
 
 fn unexpected(what: &str, got: &str) -> SinkError {
