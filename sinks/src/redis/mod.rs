@@ -2,27 +2,27 @@
 //! holding its after-image as a JSON string or a hash; `mode = "invalidate"` deletes the
 //! key on every change instead (cache-aside).
 //!
-//! Exactly-once effect: every change goes through the `APPLY` script ([`script`]), which
-//! applies it only when its version is above the row's entry in the table's versions hash
-//! and the table's truncate marker, and writes the entry in the same atomic call. Replays
-//! (a restart from older offsets, a group reset) therefore change nothing, deletes leave a
-//! tombstone version, and a truncate ignores everything before it.
+//! Exactly-once effect ([`apply`]): a change is applied only when its version is above
+//! the row's entry in the table's versions hash and the table's truncate marker, checked
+//! under WATCH and written with the entry in one MULTI/EXEC. Replays (a restart from older
+//! offsets, a group reset) therefore change nothing, deletes leave a tombstone version,
+//! and a truncate ignores everything before it.
 //!
-//! Delivery ([`deliver`]): a batch is cut into script calls of up to [`CALL_CHANGES`]
-//! changes, all sent in one pipeline; a batch counts as delivered when Redis answered
-//! every call (durability is Redis's: with persistence off, a Redis restart loses the
-//! view). Transactional sinks ([`tx`]) deliver only whole transactions, each in one call.
+//! Delivery ([`deliver`]): a batch is cut into chunks of up to [`CALL_CHANGES`] changes,
+//! each one MULTI/EXEC; a batch counts as delivered when Redis answered every EXEC
+//! (durability is Redis's: with persistence off, a Redis restart loses the view).
+//! Transactional sinks ([`tx`]) deliver only whole transactions, each inside one chunk.
 //!
 //! Failures: a connection that fails, a Redis that is loading, read-only, out of memory
 //! or busy is transient (the driver retries the batch; what applied is then stale and
-//! ignored); NOSCRIPT reloads the scripts and resends; a change the target refuses (the
-//! key holds another type) is `Delivered::rejected` and the rest applies; a refused
-//! password or database stops the sink.
+//! ignored); a change the target refuses (the key holds another type) is
+//! `Delivered::rejected` and the rest applies; a refused password or database stops the
+//! sink.
 
+pub mod apply;
 pub mod config;
 pub mod conn;
 mod deliver;
-pub mod script;
 pub mod tx;
 
 use std::time::Duration;
@@ -35,11 +35,11 @@ use crate::{Change, Delivered, Sink, SinkError};
 use config::Resolved;
 use conn::Conn;
 
-/// Changes per script call at most: big enough to amortize a round trip, small enough
-/// that one call does not hold Redis for long (Redis runs one script at a time).
-pub const CALL_CHANGES: usize = 1000;
-/// Argument bytes per script call at most.
-pub const CALL_BYTES: usize = 1 << 20;
+/// Changes per MULTI/EXEC (more when a transaction is bigger): big enough to amortize
+/// its round trips, small enough that one EXEC holds Redis for a few milliseconds only.
+pub const CALL_CHANGES: usize = 5000;
+/// About this many bytes of changes per MULTI/EXEC at most.
+pub const CALL_BYTES: usize = 4 << 20;
 /// Bound on one round trip (a pipeline of calls).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -58,7 +58,8 @@ pub fn wants_tx_ends(spec: &SinkSpec) -> bool {
 struct RedisMetrics {
     stale: Counter,
     forced: Counter,
-    calls: Counter,
+    execs: Counter,
+    conflicts: Counter,
 }
 
 impl RedisMetrics {
@@ -73,9 +74,13 @@ impl RedisMetrics {
                 &l("cdc_redis_transactions_forced_total"),
                 "Source transactions a transactional Redis sink applied non-atomically (END missing or too large)",
             ),
-            calls: m.counter(
-                &l("cdc_redis_script_calls_total"),
-                "Script calls (EVALSHA) a Redis sink sent",
+            execs: m.counter(
+                &l("cdc_redis_exec_total"),
+                "MULTI/EXEC blocks a Redis sink sent (one per chunk of changes)",
+            ),
+            conflicts: m.counter(
+                &l("cdc_redis_watch_conflicts_total"),
+                "Chunks a Redis sink planned again because another client changed a watched key",
             ),
         }
     }
@@ -85,16 +90,9 @@ impl RedisMetrics {
 pub struct RedisSink {
     name: String,
     cfg: Resolved,
-    conn: Option<Connected>,
+    conn: Option<Conn>,
     planner: Option<tx::TxPlanner>,
     metrics: RedisMetrics,
-}
-
-/// A connection with the scripts loaded.
-struct Connected {
-    conn: Conn,
-    apply_sha: String,
-    sweep_sha: String,
 }
 
 impl RedisSink {
@@ -130,16 +128,10 @@ impl RedisSink {
         Ok(sink)
     }
 
-    /// The connection, made (and the scripts loaded) if there is none.
-    async fn connected(&mut self) -> Result<&mut Connected, SinkError> {
+    /// The connection, made if there is none.
+    async fn connected(&mut self) -> Result<&mut Conn, SinkError> {
         if self.conn.is_none() {
-            let mut conn = Conn::connect(&self.cfg.address, IO_TIMEOUT).await?;
-            let (apply_sha, sweep_sha) = load_scripts(&mut conn, &self.cfg.address).await?;
-            self.conn = Some(Connected {
-                conn,
-                apply_sha,
-                sweep_sha,
-            });
+            self.conn = Some(Conn::connect(&self.cfg.address, IO_TIMEOUT).await?);
         }
         Ok(self.conn.as_mut().expect("just connected"))
     }
@@ -150,38 +142,6 @@ impl RedisSink {
             p.wait = wait;
         }
     }
-}
-
-/// SCRIPT LOAD of both scripts: their SHA-1 names.
-async fn load_scripts(
-    conn: &mut Conn,
-    addr: &config::Address,
-) -> Result<(String, String), SinkError> {
-    let mut a = conn::Cmd::new("SCRIPT");
-    a.arg(b"LOAD").arg(script::APPLY.as_bytes());
-    let mut s = conn::Cmd::new("SCRIPT");
-    s.arg(b"LOAD").arg(script::SWEEP.as_bytes());
-    let replies = conn
-        .pipeline(&[a, s])
-        .await
-        .map_err(|e| e.into_sink_error(addr))?;
-    let mut shas = Vec::new();
-    for r in replies {
-        match r {
-            conn::Reply::Bulk(Some(b)) => shas.push(String::from_utf8_lossy(&b).into_owned()),
-            conn::Reply::Error(e) if conn::is_transient_reply(&e) => {
-                return Err(SinkError::transient("loading the sink's scripts into Redis", e))
-            }
-            other => {
-                return Err(SinkError::definite(
-                    "loading the sink's scripts into Redis",
-                    format!("{other:?}"),
-                    "the server must run Lua scripts (Redis ≥ 6.2 or Valkey), and the sink's user may need +@scripting",
-                ))
-            }
-        }
-    }
-    Ok((shas.remove(0), shas.remove(0)))
 }
 
 impl Sink for RedisSink {
