@@ -39,6 +39,20 @@ pub enum Command {
         #[arg(long, short, env = "CDC_CONFIG")]
         config: PathBuf,
     },
+    /// Run one `[[sink]]` of the configuration alone, against the embedded log that a
+    /// `cdc run` (here or in another process) writes: it keeps its target equal to the
+    /// tables, as a consumer group of the log, until SIGINT/SIGTERM.
+    Sink {
+        /// The configuration file (TOML): the same as the connector's.
+        #[arg(long, short, env = "CDC_CONFIG")]
+        config: PathBuf,
+        /// The `name` of the `[[sink]]` section to run.
+        #[arg(long)]
+        sink: String,
+        /// Serve `/healthz` and `/metrics` (the sink's lag and counters) here.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
     /// Check that the source database is ready for change data capture.
     Check {
         /// The configuration file (TOML).
@@ -129,6 +143,17 @@ async fn dispatch(command: Command) -> ExitCode {
             };
             tracing::info!(name = %config.name, source = config.source.kind().as_str(), url = %config.source.redacted_url(), "configuration loaded");
             crate::pipeline::run::run(config).await
+        }
+        Command::Sink {
+            config,
+            sink,
+            listen,
+        } => {
+            let config = match load_config(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            crate::sink_run::standalone(config, &sink, listen).await
         }
         Command::Log { target, command } => crate::log_cmd::run(target, command),
         Command::Registry { command } => crate::registry_cmd::run(command).await,

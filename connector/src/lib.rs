@@ -1,5 +1,5 @@
 //! The `cdc` connector: configuration, CLI, the pipeline and its supervisor, the admin
-//! HTTP server. It names no database: sources come from `cdc_sources::build`, their
+//! HTTP server, and the sinks that read the log (`sink_run`). It names no database: sources come from `cdc_sources::build`, their
 //! preflight checks from `cdc_sources::check`. The binary (`src/main.rs`) only calls [`cli::main`].
 
 pub mod admin;
@@ -11,3 +11,4 @@ pub mod log_consumer;
 pub mod logging;
 pub mod pipeline;
 pub mod registry_cmd;
+pub mod sink_run;

@@ -2,8 +2,9 @@
 //! blocks show is one the configuration knows (and the blocks load), and every key the
 //! configuration knows is shown there. Docs and code cannot drift apart silently.
 //!
-//! The blocks: the ```toml block under "## Configuration" and the one under
-//! "## The Postgres source". A commented-out key (`# bearer_token = "..."`) counts as
+//! The blocks: the ```toml block under "## Configuration", the one under
+//! "## The Postgres source" and the one under "## Sinks" (each target's keys are shown
+//! in its own subsection's block). A commented-out key (`# bearer_token = "..."`) counts as
 //! shown, but is left out of loading.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,6 +81,7 @@ fn documented() -> BTreeMap<String, BTreeSet<String>> {
     for (heading, what) in [
         ("## Configuration", "configuration"),
         ("## The Postgres source", "Postgres source"),
+        ("## Sinks:", "sinks"),
     ] {
         keys_of(
             &parse(&uncommented(toml_block_after(heading)), what),

@@ -89,7 +89,7 @@ pub fn encoder_config(config: &Config, kind: ConnectorKind, database: &str) -> E
     c
 }
 
-fn shutdown_signal() -> watch::Receiver<bool> {
+pub(crate) fn shutdown_signal() -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         #[cfg(unix)]
@@ -164,6 +164,20 @@ pub async fn run(config: Config) -> ExitCode {
         }
     }
     let registry: Arc<dyn SchemaRegistry> = opened.registry;
+    // The sinks of [[sink]]: they read the log this process writes (read-only opens) and
+    // stop after the source, when the run ends for any reason.
+    let config = Arc::new(config);
+    let (sinks_stop, sinks_stop_rx) = watch::channel(false);
+    let sinks = {
+        let mut s = shutdown.clone();
+        let stop = sinks_stop.clone();
+        tokio::spawn(async move {
+            if s.wait_for(|v| *v).await.is_ok() {
+                let _ = stop.send(true);
+            }
+        });
+        crate::sink_run::spawn_all(&config, &registry, &metrics, &status, &sinks_stop_rx)
+    };
     // Snapshot progress: bar on a terminal, log lines otherwise, gauges on /metrics.
     let snapshot_progress = SnapshotProgress::new();
     let progress_reporter = super::progress::spawn(snapshot_progress.clone(), &metrics);
@@ -245,6 +259,7 @@ pub async fn run(config: Config) -> ExitCode {
                 group_commit: Duration::from_millis(config.source.common.group_commit_ms),
                 key_columns: config.source.common.key_columns(),
                 hidden: hidden.clone(),
+                transaction_metadata: config.format.provide_transaction_metadata,
             },
             publisher,
         )
@@ -350,6 +365,8 @@ pub async fn run(config: Config) -> ExitCode {
         }
     }
     progress_reporter.finish();
+    let _ = sinks_stop.send(true);
+    crate::sink_run::join_all(sinks).await;
     let _ = admin_stop.send(true);
     if let Ok(a) = admin {
         let _ = tokio::time::timeout(Duration::from_secs(2), a.join).await;
