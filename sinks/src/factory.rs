@@ -33,7 +33,8 @@ pub struct SinkContext<C, D> {
 /// Checks the target's keys of `spec`.
 pub fn check_target(spec: &SinkSpec) -> Result<(), KeyError> {
     match spec.common.kind {
-        SinkKind::Redis | SinkKind::Typesense | SinkKind::Elasticsearch => Err((
+        SinkKind::Redis => crate::redis::check(spec),
+        SinkKind::Typesense | SinkKind::Elasticsearch => Err((
             format!("{}.type", spec.path),
             format!(
                 "{:?}: this build has no {} sink yet",
@@ -46,7 +47,11 @@ pub fn check_target(spec: &SinkSpec) -> Result<(), KeyError> {
 
 /// Every target's own keys.
 pub fn target_keys() -> Vec<&'static str> {
-    Vec::new()
+    let mut k = Vec::new();
+    k.extend(cdc_schemas::config_keys::fields_of::<
+        crate::redis::config::Settings,
+    >());
+    k
 }
 
 /// Runs the sink `spec` describes until shutdown (`Ok`) or a definite failure.
@@ -76,10 +81,26 @@ pub async fn run<C: LogConsumer, D: DeadLetters>(
         max_pending_bytes: c.batch_bytes.saturating_mul(8),
         ..DriverOptions::default()
     };
-    let tx_ends = false;
+    let tx_ends = match c.kind {
+        SinkKind::Redis => crate::redis::wants_tx_ends(spec),
+        SinkKind::Typesense | SinkKind::Elasticsearch => false,
+    };
     let mut prepare = Prepare::new(registry, spec.table_filter(), columns, tx_ends);
     match c.kind {
-        SinkKind::Redis | SinkKind::Typesense | SinkKind::Elasticsearch => {
+        SinkKind::Redis => {
+            let mut sink = crate::redis::RedisSink::connect(spec, &metrics).await?;
+            crate::driver::run(
+                &mut consumer,
+                &mut sink,
+                &mut dead_letters,
+                &mut prepare,
+                &sink_metrics,
+                shutdown,
+                &opts,
+            )
+            .await
+        }
+        SinkKind::Typesense | SinkKind::Elasticsearch => {
             let _ = (
                 &mut consumer,
                 &mut dead_letters,

@@ -36,6 +36,7 @@ pub mod config;
 pub mod driver;
 pub mod factory;
 pub mod metrics;
+pub mod redis;
 pub mod view;
 
 use std::future::Future;

@@ -24,6 +24,7 @@ mod mariadb;
 mod pg;
 mod process;
 mod redis;
+mod valkey;
 
 #[cfg(feature = "e2e")]
 pub use http::http;
@@ -32,7 +33,8 @@ pub use pg::{
     resolve_bin_dir as resolve_pg_bin_dir, supports_ssl as pg_supports_ssl, PgOptions, PgServer,
 };
 pub use process::{instance_root, pid_is_running, server_processes_in, sweep_stale};
-pub use redis::RedisServer;
+pub use redis::{RedisOptions, RedisServer};
+pub use valkey::{start_valkey, valkey_binary};
 
 /// Passwords of the test accounts.
 pub mod passwords {

@@ -1,0 +1,507 @@
+//! The Redis sink driven directly with constructed changes, against real Redis servers
+//! (and Valkey, when `tests/fetch-valkey.sh` provided a binary): what a view holds after
+//! upserts (JSON, hash), TTLs, invalidation, deletes, replays of older versions,
+//! truncates, a change Redis refuses, an outage, passwords, transactions.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdc_harness::{start_valkey, RedisOptions, RedisServer};
+use cdc_schemas::metrics::Metrics;
+use cdc_sinks::change::{TxEnd, TxInfo};
+use cdc_sinks::redis::config::parse_url;
+use cdc_sinks::redis::conn::{Cmd, Conn, Reply};
+use cdc_sinks::redis::RedisSink;
+use cdc_sinks::{Change, Op, Sink, SinkSpec};
+use serde_json::{json, Value};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A sink named `name` with the target keys `extra` (TOML lines).
+async fn sink(url: &str, name: &str, extra: &str) -> RedisSink {
+    let text = format!("name = \"{name}\"\ntype = \"redis\"\nurl = \"{url}\"\n{extra}");
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    let spec = SinkSpec::from_table(&table, "app", 0).unwrap();
+    RedisSink::connect(&spec, &Metrics::default())
+        .await
+        .unwrap()
+}
+
+async fn client(url: &str) -> Conn {
+    Conn::connect(&parse_url(url).unwrap(), Duration::from_secs(10))
+        .await
+        .unwrap()
+}
+
+async fn cmd(c: &mut Conn, args: &[&str]) -> Reply {
+    let mut cmd = Cmd::new(args[0]);
+    for a in &args[1..] {
+        cmd.arg(a.as_bytes());
+    }
+    c.call(cmd).await.unwrap()
+}
+
+async fn get(c: &mut Conn, key: &str) -> Option<Value> {
+    match cmd(c, &["GET", key]).await {
+        Reply::Bulk(Some(b)) => Some(serde_json::from_slice(&b).unwrap()),
+        Reply::Bulk(None) => None,
+        other => panic!("GET {key}: {other:?}"),
+    }
+}
+
+async fn get_raw(c: &mut Conn, key: &str) -> Option<String> {
+    cmd(c, &["GET", key])
+        .await
+        .as_bytes()
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+async fn hgetall(c: &mut Conn, key: &str) -> Vec<(String, String)> {
+    let Reply::Array(Some(items)) = cmd(c, &["HGETALL", key]).await else {
+        panic!("HGETALL {key}")
+    };
+    let mut out: Vec<(String, String)> = items
+        .chunks(2)
+        .map(|p| {
+            let s = |r: &Reply| String::from_utf8(r.as_bytes().unwrap().to_vec()).unwrap();
+            (s(&p[0]), s(&p[1]))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+async fn keys(c: &mut Conn, pattern: &str) -> Vec<String> {
+    let Reply::Array(Some(items)) = cmd(c, &["KEYS", pattern]).await else {
+        panic!("KEYS")
+    };
+    let mut k: Vec<String> = items
+        .iter()
+        .map(|r| String::from_utf8(r.as_bytes().unwrap().to_vec()).unwrap())
+        .collect();
+    k.sort();
+    k
+}
+
+fn change(table: &str, op: Op, offset: u64, id: i64, after: Option<Value>) -> Change {
+    Change {
+        topic: format!("app.public.{table}").into(),
+        partition: 0,
+        offset,
+        timestamp_ms: 0,
+        op,
+        schema: "public".into(),
+        table: table.into(),
+        key: json!({ "id": id }).as_object().unwrap().clone(),
+        after: after.and_then(|a| a.as_object().cloned()),
+        source_ts_ms: None,
+        tx: None,
+        tx_end: None,
+    }
+}
+
+fn up(table: &str, offset: u64, id: i64, v: Value) -> Change {
+    change(table, Op::Update, offset, id, Some(v))
+}
+
+fn del(table: &str, offset: u64, id: i64) -> Change {
+    change(table, Op::Delete, offset, id, None)
+}
+
+fn truncate(table: &str, offset: u64) -> Change {
+    let mut c = change(table, Op::Truncate, offset, 0, None);
+    c.key.clear();
+    c
+}
+
+fn in_tx(mut c: Change, id: &str, n: u64) -> Change {
+    c.tx = Some(TxInfo {
+        id: id.into(),
+        total_order: n,
+        data_collection_order: n,
+    });
+    c
+}
+
+fn end(id: &str, offset: u64, counts: &[(&str, u64)]) -> Change {
+    let mut c = change("", Op::TxEnd, offset, 0, None);
+    c.topic = "app.transaction".into();
+    c.key.clear();
+    c.tx_end = Some(TxEnd {
+        id: id.into(),
+        event_count: counts.iter().map(|(_, n)| n).sum(),
+        data_collections: counts.iter().map(|(t, n)| (t.to_string(), *n)).collect(),
+    });
+    c
+}
+
+async fn deliver_all(s: &mut RedisSink, changes: &[Change]) -> Vec<(usize, String)> {
+    let d = s.deliver(changes).await.unwrap();
+    assert_eq!(d.upto, changes.len(), "everything delivered");
+    d.rejected
+}
+
+// ------------------------------------------------------------------------------------
+// The scenarios, each against a server URL (Redis and Valkey run the same ones).
+
+async fn json_upserts_and_replays(url: &str) {
+    let mut s = sink(url, "j", "prefix = \"j\"").await;
+    let mut c = client(url).await;
+    let batch = vec![
+        up("t", 0, 1, json!({"id": 1, "v": "a"})),
+        up("t", 1, 2, json!({"id": 2, "v": "b"})),
+        up("t", 2, 1, json!({"id": 1, "v": "a2", "n": null})),
+    ];
+    assert!(deliver_all(&mut s, &batch).await.is_empty());
+    assert_eq!(
+        get(&mut c, "j:t:1").await,
+        Some(json!({"id": 1, "v": "a2", "n": null}))
+    );
+    assert_eq!(get(&mut c, "j:t:2").await, Some(json!({"id": 2, "v": "b"})));
+    // Replays (one old change alone, then the whole batch again) change nothing.
+    deliver_all(&mut s, &batch[..1]).await;
+    deliver_all(&mut s, &batch).await;
+    assert_eq!(
+        get(&mut c, "j:t:1").await,
+        Some(json!({"id": 1, "v": "a2", "n": null}))
+    );
+    assert_eq!(
+        hgetall(&mut c, "j:__cdc:v:public.t").await,
+        vec![("j:t:1".into(), "3".into()), ("j:t:2".into(), "2".into())]
+    );
+    // A delete keeps its version: a replayed older insert does not bring the row back.
+    deliver_all(&mut s, &[del("t", 3, 1)]).await;
+    assert_eq!(get(&mut c, "j:t:1").await, None);
+    deliver_all(&mut s, &batch).await;
+    assert_eq!(get(&mut c, "j:t:1").await, None);
+    assert_eq!(
+        hgetall(&mut c, "j:__cdc:v:public.t").await,
+        vec![("j:t:1".into(), "4".into()), ("j:t:2".into(), "2".into())]
+    );
+    assert_eq!(keys(&mut c, "j:t:*").await, vec!["j:t:2".to_string()]);
+}
+
+async fn hashes_and_ttl(url: &str) {
+    let mut s = sink(
+        url,
+        "h",
+        "prefix = \"h\"\nvalue = \"hash\"\nttl_ms = 600000",
+    )
+    .await;
+    let mut c = client(url).await;
+    deliver_all(
+        &mut s,
+        &[up(
+            "t",
+            0,
+            7,
+            json!({"id": 7, "name": "x y", "n": 1.5, "ok": true, "gone": null, "tags": ["a"]}),
+        )],
+    )
+    .await;
+    assert_eq!(
+        hgetall(&mut c, "h:t:7").await,
+        vec![
+            ("id".into(), "7".into()),
+            ("n".into(), "1.5".into()),
+            ("name".into(), "x y".into()),
+            ("ok".into(), "true".into()),
+            ("tags".into(), "[\"a\"]".into()),
+        ]
+    );
+    // An update that nulls a column removes its field.
+    deliver_all(&mut s, &[up("t", 1, 7, json!({"id": 7, "name": null}))]).await;
+    assert_eq!(
+        hgetall(&mut c, "h:t:7").await,
+        vec![("id".into(), "7".into())]
+    );
+    let Reply::Int(ttl) = cmd(&mut c, &["PTTL", "h:t:7"]).await else {
+        panic!()
+    };
+    assert!(ttl > 500_000 && ttl <= 600_000, "PTTL {ttl}");
+    let mut sj = sink(url, "hj", "prefix = \"hj\"\nttl_ms = 300000").await;
+    deliver_all(&mut sj, &[up("t", 0, 1, json!({"id": 1}))]).await;
+    let Reply::Int(ttl) = cmd(&mut c, &["PTTL", "hj:t:1"]).await else {
+        panic!()
+    };
+    assert!(ttl > 200_000 && ttl <= 300_000, "PTTL {ttl}");
+}
+
+async fn invalidates(url: &str) {
+    let mut s = sink(url, "i", "prefix = \"i\"\nmode = \"invalidate\"").await;
+    let mut c = client(url).await;
+    // The application cached rows its own way (another type even).
+    cmd(&mut c, &["SET", "i:t:1", "cached"]).await;
+    cmd(&mut c, &["HSET", "i:t:2", "f", "v"]).await;
+    deliver_all(&mut s, &[up("t", 0, 1, json!({"id": 1})), del("t", 1, 2)]).await;
+    assert_eq!(keys(&mut c, "i:t:*").await, Vec::<String>::new());
+    // The application fills the cache again; a replayed change leaves it.
+    cmd(&mut c, &["SET", "i:t:1", "cached again"]).await;
+    deliver_all(&mut s, &[up("t", 0, 1, json!({"id": 1}))]).await;
+    assert_eq!(keys(&mut c, "i:t:*").await, vec!["i:t:1".to_string()]);
+}
+
+async fn truncates(url: &str) {
+    let mut s = sink(url, "tr", "prefix = \"tr\"").await;
+    let mut c = client(url).await;
+    // More rows than one HSCAN chunk, and rows of another table.
+    let rows: Vec<Change> = (0..2500)
+        .map(|i| up("t", i as u64, i, json!({"id": i})))
+        .collect();
+    deliver_all(&mut s, &rows).await;
+    deliver_all(&mut s, &[up("other", 0, 1, json!({"id": 1}))]).await;
+    // In one batch: the truncate, then a row after it.
+    deliver_all(
+        &mut s,
+        &[
+            truncate("t", 2500),
+            up("t", 2501, 5, json!({"id": 5, "new": true})),
+        ],
+    )
+    .await;
+    assert_eq!(keys(&mut c, "tr:t:*").await, vec!["tr:t:5".to_string()]);
+    assert_eq!(
+        get(&mut c, "tr:t:5").await,
+        Some(json!({"id": 5, "new": true}))
+    );
+    assert_eq!(
+        keys(&mut c, "tr:other:*").await,
+        vec!["tr:other:1".to_string()]
+    );
+    // Replaying everything before the truncate (and the truncate) changes nothing.
+    deliver_all(&mut s, &rows).await;
+    deliver_all(&mut s, &[del("t", 7, 5), truncate("t", 2500)]).await;
+    assert_eq!(keys(&mut c, "tr:t:*").await, vec!["tr:t:5".to_string()]);
+    assert_eq!(
+        hgetall(&mut c, "tr:__cdc:v:public.t").await,
+        vec![
+            ("__truncated".into(), "2501".into()),
+            ("tr:t:5".into(), "2502".into())
+        ]
+    );
+}
+
+async fn refuses_a_key_of_another_type(url: &str) {
+    let mut s = sink(url, "w", "prefix = \"w\"").await;
+    let mut c = client(url).await;
+    cmd(&mut c, &["RPUSH", "w:t:2", "someone else's"]).await;
+    let rejected = deliver_all(
+        &mut s,
+        &[
+            up("t", 0, 1, json!({"id": 1})),
+            up("t", 1, 2, json!({"id": 2})),
+            up("t", 2, 3, json!({"id": 3})),
+        ],
+    )
+    .await;
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0].0, 1);
+    assert!(rejected[0].1.contains("WRONGTYPE"), "{}", rejected[0].1);
+    assert_eq!(get(&mut c, "w:t:1").await, Some(json!({"id": 1})));
+    assert_eq!(get(&mut c, "w:t:3").await, Some(json!({"id": 3})));
+    let Reply::Int(n) = cmd(&mut c, &["LLEN", "w:t:2"]).await else {
+        panic!()
+    };
+    assert_eq!(n, 1, "the list is untouched");
+    // The same for a hash sink finding a string.
+    let mut sh = sink(url, "wh", "prefix = \"wh\"\nvalue = \"hash\"").await;
+    cmd(&mut c, &["SET", "wh:t:1", "plain"]).await;
+    for c in [up("t", 0, 1, json!({"id": 1})), del("t", 1, 1)] {
+        let rejected = deliver_all(&mut sh, &[c]).await;
+        assert_eq!(rejected.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0]);
+    }
+    assert_eq!(get_raw(&mut c, "wh:t:1").await.as_deref(), Some("plain"));
+}
+
+/// A reader polling two keys of one transaction never sees one updated without the
+/// other, while the transaction's changes reach the sink in two deliveries (as they do
+/// when the driver's polls split them).
+async fn transactions_are_atomic(url: &str, transactional: bool) -> bool {
+    let extra = format!("prefix = \"x{transactional}\"\ntransactional = {transactional}");
+    let mut s = sink(url, &format!("x{transactional}"), &extra).await;
+    let (ka, kb) = (
+        format!("x{transactional}:a:1"),
+        format!("x{transactional}:b:1"),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let torn = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (url, stop, torn) = (url.to_string(), stop.clone(), torn.clone());
+        let (ka, kb) = (ka.clone(), kb.clone());
+        tokio::spawn(async move {
+            let mut c = client(&url).await;
+            while !stop.load(Ordering::Relaxed) {
+                let Reply::Array(Some(v)) = cmd(&mut c, &["MGET", &ka, &kb]).await else {
+                    panic!()
+                };
+                let n = |r: &Reply| {
+                    r.as_bytes()
+                        .map(|b| serde_json::from_slice::<Value>(b).unwrap()["n"].clone())
+                };
+                if n(&v[0]) != n(&v[1]) {
+                    torn.store(true, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    for n in 0..40u64 {
+        let offset = n;
+        let id = format!("tx{n}");
+        let a = in_tx(up("a", offset, 1, json!({"id": 1, "n": n})), &id, 1);
+        let b = in_tx(up("b", offset, 1, json!({"id": 1, "n": n})), &id, 2);
+        let e = end(&id, n, &[("public.a", 1), ("public.b", 1)]);
+        let d = s.deliver(std::slice::from_ref(&a)).await.unwrap();
+        if transactional {
+            assert_eq!(d.upto, 0, "half a transaction is not applied");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let pending: Vec<Change> = if d.upto == 1 {
+            vec![b, e]
+        } else {
+            vec![a, b, e]
+        };
+        let d = s.deliver(&pending).await.unwrap();
+        assert_eq!(d.upto, pending.len());
+    }
+    stop.store(true, Ordering::Relaxed);
+    reader.await.unwrap();
+    !torn.load(Ordering::Relaxed)
+}
+
+async fn transactions_without_ends_go_after_the_wait(url: &str) {
+    let mut s = sink(url, "nw", "prefix = \"nw\"\ntransactional = true").await;
+    s.set_tx_wait(Duration::from_millis(300));
+    let c = in_tx(up("a", 0, 1, json!({"id": 1})), "t1", 1);
+    let started = Instant::now();
+    loop {
+        let d = s.deliver(std::slice::from_ref(&c)).await.unwrap();
+        if d.upto == 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "never applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // From now on (no END ever seen), transactions go at once.
+    let c2 = in_tx(up("a", 1, 1, json!({"id": 1})), "t2", 1);
+    assert_eq!(s.deliver(&[c2]).await.unwrap().upto, 1);
+    // must_progress: a transaction bigger than the driver may hold goes anyway.
+    let mut s = sink(url, "mp", "prefix = \"mp\"\ntransactional = true").await;
+    let c = in_tx(up("a", 0, 1, json!({"id": 1})), "t1", 1);
+    assert_eq!(
+        s.deliver(&[end("t0", 0, &[]), c.clone()])
+            .await
+            .unwrap()
+            .upto,
+        1
+    );
+    s.must_progress();
+    assert_eq!(s.deliver(&[c]).await.unwrap().upto, 1);
+}
+
+// ------------------------------------------------------------------------------------
+
+#[test]
+fn redis_views() {
+    let r = RedisServer::start().unwrap();
+    let url = r.url();
+    rt().block_on(async {
+        json_upserts_and_replays(&url).await;
+        hashes_and_ttl(&url).await;
+        invalidates(&url).await;
+        truncates(&url).await;
+        refuses_a_key_of_another_type(&url).await;
+    });
+}
+
+#[test]
+fn redis_transactions() {
+    let r = RedisServer::start().unwrap();
+    let url = r.url();
+    rt().block_on(async {
+        assert!(
+            transactions_are_atomic(&url, true).await,
+            "a reader saw half a transaction"
+        );
+        // The test can tell: without `transactional` the reader does see half of one.
+        assert!(!transactions_are_atomic(&url, false).await);
+        transactions_without_ends_go_after_the_wait(&url).await;
+    });
+}
+
+#[test]
+fn valkey_views_and_transactions() {
+    let Some(v) = start_valkey(RedisOptions::default()).unwrap() else {
+        return;
+    };
+    let url = v.url();
+    rt().block_on(async {
+        json_upserts_and_replays(&url).await;
+        hashes_and_ttl(&url).await;
+        invalidates(&url).await;
+        truncates(&url).await;
+        refuses_a_key_of_another_type(&url).await;
+        assert!(transactions_are_atomic(&url, true).await);
+    });
+}
+
+#[test]
+fn redis_outage_is_transient_and_passwords_and_databases_work() {
+    let dir = tempfile_dir();
+    let pw_file = dir.join("pw");
+    std::fs::write(&pw_file, "s3cret\n").unwrap();
+    let r = RedisServer::start_with(RedisOptions {
+        appendonly: true,
+        password: Some("s3cret".into()),
+        ..RedisOptions::default()
+    })
+    .unwrap();
+    let url = format!("redis://127.0.0.1:{}/3", r.port());
+    rt().block_on(async {
+        let extra = format!("password_file = \"{}\"", pw_file.display());
+        let mut s = sink(&url, "p", &extra).await;
+        deliver_all(&mut s, &[up("t", 0, 1, json!({"id": 1}))]).await;
+        let mut c = client(&format!("redis://:s3cret@127.0.0.1:{}/3", r.port())).await;
+        assert_eq!(get(&mut c, "app:t:1").await, Some(json!({"id": 1})));
+        // A wrong password is definite.
+        let table: toml::Table = toml::from_str(&format!(
+            "name = \"bad\"\ntype = \"redis\"\nurl = \"{url}\"\npassword = \"nope\""
+        ))
+        .unwrap();
+        let spec = SinkSpec::from_table(&table, "app", 0).unwrap();
+        let e = RedisSink::connect(&spec, &Metrics::default())
+            .await
+            .err()
+            .expect("refused");
+        assert!(!e.is_transient(), "{e}");
+        assert!(
+            !e.to_string().contains("nope"),
+            "the password is not in {e}"
+        );
+        // Redis stopped: transient; back (with its data, from the AOF): delivering again.
+        r.stop_for_now().unwrap();
+        let e = s
+            .deliver(&[up("t", 1, 1, json!({"id": 1, "v": 2}))])
+            .await
+            .unwrap_err();
+        assert!(e.is_transient(), "{e}");
+        r.start_again().unwrap();
+        deliver_all(&mut s, &[up("t", 1, 1, json!({"id": 1, "v": 2}))]).await;
+        let mut c = client(&format!("redis://:s3cret@127.0.0.1:{}/3", r.port())).await;
+        assert_eq!(get(&mut c, "app:t:1").await, Some(json!({"id": 1, "v": 2})));
+    });
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("cdc-redis-sink-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

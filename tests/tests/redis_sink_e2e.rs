@@ -1,0 +1,426 @@
+//! The Redis sink end to end: Postgres → `cdc run` (with two `[[sink]]`s: a JSON cache
+//! and a transactional hash view) → Redis. After a mixed workload (inserts, updates,
+//! deletes, a key change, a truncate, an ALTER TABLE ADD COLUMN), with `cdc run`
+//! SIGKILLed several times mid-workload and Redis stopped for a while, each view equals
+//! the table (every key and value read from Redis directly, and no other key); a group
+//! reset to the earliest offset replays everything and changes nothing; a row whose key
+//! holds another type in Redis is refused into the dead-letter topic and the rest goes on.
+
+mod pg_source_util;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cdc_harness::golden::read_log;
+use cdc_harness::{passwords, PgServer, RedisOptions, RedisServer};
+use pg_source_util::*;
+use serde_json::Value as Json;
+
+// ---------------------------------------------------------------------------------------
+// A minimal RESP client to read the views (the test reads Redis itself, not through the
+// sink's code).
+
+#[derive(Debug, Clone, PartialEq)]
+enum R {
+    Nil,
+    Str(Vec<u8>),
+    Int(i64),
+    Arr(Vec<R>),
+    Err(String),
+}
+
+impl R {
+    fn text(&self) -> String {
+        match self {
+            R::Str(b) => String::from_utf8_lossy(b).into_owned(),
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+    fn items(self) -> Vec<R> {
+        match self {
+            R::Arr(v) => v,
+            other => panic!("not an array: {other:?}"),
+        }
+    }
+}
+
+struct Redis(BufReader<TcpStream>);
+
+impl Redis {
+    fn connect(port: u16, db: u32) -> Redis {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut r = Redis(BufReader::new(s));
+        assert_eq!(r.cmd(&["SELECT", &db.to_string()]), R::Str(b"OK".to_vec()));
+        r
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> R {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.0.get_mut().write_all(&out).unwrap();
+        self.read()
+    }
+
+    fn read(&mut self) -> R {
+        let mut line = String::new();
+        self.0.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        let (k, rest) = line.split_at(1);
+        match k {
+            "+" => R::Str(rest.as_bytes().to_vec()),
+            "-" => R::Err(rest.to_string()),
+            ":" => R::Int(rest.parse().unwrap()),
+            "$" => {
+                let n: i64 = rest.parse().unwrap();
+                if n < 0 {
+                    return R::Nil;
+                }
+                let mut b = vec![0; n as usize + 2];
+                self.0.read_exact(&mut b).unwrap();
+                b.truncate(n as usize);
+                R::Str(b)
+            }
+            "*" => {
+                let n: i64 = rest.parse().unwrap();
+                R::Arr((0..n.max(0)).map(|_| self.read()).collect())
+            }
+            _ => panic!("bad reply {line:?}"),
+        }
+    }
+
+    /// Every key matching `pattern`, sorted.
+    fn keys(&mut self, pattern: &str) -> Vec<String> {
+        let mut k: Vec<String> = self
+            .cmd(&["KEYS", pattern])
+            .items()
+            .iter()
+            .map(R::text)
+            .collect();
+        k.sort();
+        k
+    }
+
+    /// Every key and its value (a string as text, a hash as `{field: text}`, other types
+    /// by name): the whole database, for before/after comparisons.
+    fn dump(&mut self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        for k in self.keys("*") {
+            let ty = self.cmd(&["TYPE", &k]).text();
+            let v = match ty.as_str() {
+                "string" => self.cmd(&["GET", &k]).text(),
+                "hash" => {
+                    let mut f: Vec<String> = self
+                        .cmd(&["HGETALL", &k])
+                        .items()
+                        .chunks(2)
+                        .map(|p| format!("{}={}", p[0].text(), p[1].text()))
+                        .collect();
+                    f.sort();
+                    f.join("&")
+                }
+                other => other.to_string(),
+            };
+            m.insert(k, v);
+        }
+        m
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+
+/// The table as id → row (JSON of its columns).
+async fn rows(pg: &PgServer, db: &str) -> BTreeMap<i64, Json> {
+    table_rows(pg, db, "items")
+        .await
+        .into_values()
+        .map(|r| (r["id"].as_i64().unwrap(), r))
+        .collect()
+}
+
+/// The JSON view (`t:items:<id>` strings), or why it cannot be read.
+fn json_view(r: &mut Redis) -> BTreeMap<i64, Json> {
+    let mut m = BTreeMap::new();
+    for k in r.keys("t:items:*") {
+        let id: i64 = k.rsplit(':').next().unwrap().parse().unwrap();
+        match r.cmd(&["GET", &k]) {
+            R::Str(b) => {
+                m.insert(id, serde_json::from_slice(&b).unwrap());
+            }
+            R::Err(_) => {
+                m.insert(id, Json::String("<not a string>".into()));
+            }
+            other => panic!("{k}: {other:?}"),
+        }
+    }
+    m
+}
+
+/// The hash view (`h:items:<id>` hashes) as id → {column: text}.
+fn hash_view(r: &mut Redis) -> BTreeMap<i64, BTreeMap<String, String>> {
+    let mut m = BTreeMap::new();
+    for k in r.keys("h:items:*") {
+        let id: i64 = k.rsplit(':').next().unwrap().parse().unwrap();
+        let f = r
+            .cmd(&["HGETALL", &k])
+            .items()
+            .chunks(2)
+            .map(|p| (p[0].text(), p[1].text()))
+            .collect();
+        m.insert(id, f);
+    }
+    m
+}
+
+/// A row as the hash sink stores it: non-null columns, strings raw, the rest as JSON.
+fn as_hash(row: &Json) -> BTreeMap<String, String> {
+    row.as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| {
+            let t = match v {
+                Json::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), t)
+        })
+        .collect()
+}
+
+/// Waits until both views equal the table (the JSON one except the refused `foreign`
+/// id, whose key keeps its list).
+async fn wait_views(pg: &PgServer, db: &str, redis: &RedisServer, c: &mut Connector, foreign: i64) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        c.assert_running();
+        let want = rows(pg, db).await;
+        let (json, hash) = match std::panic::catch_unwind(|| {
+            let mut r0 = Redis::connect(redis.port(), 0);
+            let mut r1 = Redis::connect(redis.port(), 1);
+            (json_view(&mut r0), hash_view(&mut r1))
+        }) {
+            Ok(v) => v,
+            Err(_) => (BTreeMap::new(), BTreeMap::new()),
+        };
+        let mut want_json: BTreeMap<i64, Json> = want.clone();
+        if want_json.contains_key(&foreign) {
+            want_json.insert(foreign, Json::String("<not a string>".into()));
+        }
+        let want_hash: BTreeMap<i64, BTreeMap<String, String>> =
+            want.iter().map(|(k, v)| (*k, as_hash(v))).collect();
+        if json == want_json && hash == want_hash {
+            return;
+        }
+        if Instant::now() > deadline {
+            let diff = |a: &BTreeMap<i64, Json>, b: &BTreeMap<i64, Json>| -> Vec<String> {
+                a.keys()
+                    .chain(b.keys())
+                    .filter(|k| a.get(k) != b.get(k))
+                    .take(5)
+                    .map(|k| format!("{k}: view {:?} table {:?}", a.get(k), b.get(k)))
+                    .collect()
+            };
+            panic!(
+                "views differ from the table: json {:?}; hash rows {} vs {}\n{}",
+                diff(&json, &want_json),
+                hash.len(),
+                want_hash.len(),
+                c.output()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn cdc(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cdc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether every partition of `group` is caught up (lag 0) and it has any.
+fn caught_up(config: &Path, group: &str) -> bool {
+    let out = cdc(&["log", "--config", config.to_str().unwrap(), "groups"]);
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.split('\t').next() == Some(group))
+        .collect();
+    !lines.is_empty() && lines.iter().all(|l| l.rsplit('\t').next() == Some("0"))
+}
+
+async fn workload(pg: &PgServer, db: &str, from: i64, n: i64) {
+    let c = pg.superuser_client(db).await.unwrap();
+    for i in from..from + n {
+        // Several statements per transaction, over several rows.
+        c.batch_execute(&format!(
+            "BEGIN;
+             INSERT INTO items (id, name, qty) VALUES ({i}, 'item {i}', {i});
+             UPDATE items SET qty = qty + 1 WHERE id = {} ;
+             DELETE FROM items WHERE id = {};
+             COMMIT;",
+            i - 3,
+            i - 7
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_views_equal_the_table_through_crashes_outages_truncates_and_replays() {
+    let pg = PgServer::shared();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc; CREATE TABLE items (id int PRIMARY KEY, name text, qty int);
+         INSERT INTO items SELECT g, 'seed ' || g, g FROM generate_series(1, 200) g;",
+    )
+    .await;
+    // Persistence on, so that a Redis restart keeps the views (the sinks' durability is
+    // Redis's own).
+    let redis = RedisServer::start_with(RedisOptions {
+        appendonly: true,
+        ..RedisOptions::default()
+    })
+    .unwrap();
+    // A key of the JSON view that already holds another type: its row is refused.
+    let foreign = 150i64;
+    Redis::connect(redis.port(), 0).cmd(&["RPUSH", "t:items:150", "not the sink's"]);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, &db));
+    let text = format!(
+        r#"name = "t"
+
+[source]
+type = "postgres"
+url = "{url}"
+tables = ["public.items"]
+slot = "{db}"
+heartbeat_interval_ms = 1000
+
+[format]
+provide_transaction_metadata = true
+
+[log]
+dir = "{log}"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[sink]]
+name = "cache"
+type = "redis"
+url = "redis://127.0.0.1:{port}/0"
+
+[[sink]]
+name = "view"
+type = "valkey"
+url = "redis://127.0.0.1:{port}/1"
+prefix = "h"
+value = "hash"
+transactional = true
+"#,
+        log = dir.path().join("log").display(),
+        port = redis.port()
+    );
+    let mut c = Connector::with_config(dir.path(), &text);
+    c.start();
+    // The sinks resolve their topics when they start: restart once the topics exist.
+    c.wait_records("t.public.items", 200, Duration::from_secs(60))
+        .await;
+    workload(pg, &db, 1000, 5).await;
+    c.wait_records("t.transaction", 1, Duration::from_secs(60))
+        .await;
+    c.kill();
+    c.start();
+    wait_views(pg, &db, &redis, &mut c, foreign).await;
+
+    // SIGKILL mid-workload, several times.
+    let mut next = 2000;
+    for _ in 0..3 {
+        let w = {
+            let db = db.clone();
+            tokio::spawn(async move { workload(PgServer::shared(), &db, next, 40).await })
+        };
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        c.kill();
+        c.start();
+        w.await.unwrap();
+        next += 1000;
+    }
+    // A key change, a truncate, rows after it, a new column.
+    pg.execute(
+        &db,
+        "UPDATE items SET id = id + 100000 WHERE id = 10;
+         TRUNCATE items;
+         INSERT INTO items SELECT g, 'after ' || g, g FROM generate_series(1, 100) g;
+         ALTER TABLE items ADD COLUMN note text;
+         UPDATE items SET note = 'n' || id WHERE id % 3 = 0;",
+    )
+    .await
+    .unwrap();
+    workload(pg, &db, 3000, 10).await;
+    wait_views(pg, &db, &redis, &mut c, foreign).await;
+
+    // Redis stopped while the source keeps streaming; started again: the lag drains.
+    redis.stop_for_now().unwrap();
+    workload(pg, &db, 4000, 30).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    redis.start_again().unwrap();
+    wait_views(pg, &db, &redis, &mut c, foreign).await;
+
+    // The refused row is in the dead-letter topic, with Redis's reason.
+    let dlq = read_log(&dir.path().join("log/sinks/cache"), "dlq.t.cache");
+    assert!(
+        dlq.iter().any(|r| r.headers.iter().any(|(k, v)| k
+            == "__connect.errors.exception.message"
+            && v.contains("WRONGTYPE"))),
+        "no WRONGTYPE dead letter in {:?}",
+        dlq.iter().map(|r| &r.headers).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        Redis::connect(redis.port(), 0).cmd(&["TYPE", "t:items:150"]),
+        R::Str(b"list".to_vec()),
+        "the foreign key is left alone"
+    );
+
+    // A group reset to the earliest offset replays everything: nothing changes.
+    let before0 = Redis::connect(redis.port(), 0).dump();
+    let before1 = Redis::connect(redis.port(), 1).dump();
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    let cfg = c.config.clone();
+    let cfg_s = cfg.to_str().unwrap();
+    for (group, topic) in [
+        ("cdc-sink-cache", "t.public.items"),
+        ("cdc-sink-view", "t.public.items"),
+        ("cdc-sink-view", "t.transaction"),
+    ] {
+        cdc(&["log", "--config", cfg_s, "reset-group", group, topic, "--to-earliest"]);
+    }
+    assert!(!caught_up(&cfg, "cdc-sink-cache"));
+    c.start();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !(caught_up(&cfg, "cdc-sink-cache") && caught_up(&cfg, "cdc-sink-view")) {
+        assert!(Instant::now() < deadline, "replay did not finish\n{}", c.output());
+        c.assert_running();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(Redis::connect(redis.port(), 0).dump(), before0, "JSON view after the replay");
+    assert_eq!(Redis::connect(redis.port(), 1).dump(), before1, "hash view after the replay");
+    wait_views(pg, &db, &redis, &mut c, foreign).await;
+    c.stop();
+    drop_slot(pg, &db).await;
+}
