@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use cdc_schemas::config_keys::KeyError;
+use cdc_schemas::config_keys::{fields_of, KeyError};
 use cdc_schemas::metrics::Metrics;
 use cdc_schemas::registry::SchemaRegistry;
 use tokio::sync::watch;
@@ -33,7 +33,9 @@ pub struct SinkContext<C, D> {
 /// Checks the target's keys of `spec`.
 pub fn check_target(spec: &SinkSpec) -> Result<(), KeyError> {
     match spec.common.kind {
-        SinkKind::Redis | SinkKind::Typesense | SinkKind::Elasticsearch => Err((
+        SinkKind::Typesense => crate::typesense::check(spec),
+        SinkKind::Elasticsearch => crate::elasticsearch::check(spec),
+        SinkKind::Redis => Err((
             format!("{}.type", spec.path),
             format!(
                 "{:?}: this build has no {} sink yet",
@@ -46,7 +48,10 @@ pub fn check_target(spec: &SinkSpec) -> Result<(), KeyError> {
 
 /// Every target's own keys.
 pub fn target_keys() -> Vec<&'static str> {
-    Vec::new()
+    let mut k = Vec::new();
+    k.extend(fields_of::<crate::typesense::config::Settings>());
+    k.extend(fields_of::<crate::elasticsearch::config::Settings>());
+    k
 }
 
 /// Runs the sink `spec` describes until shutdown (`Ok`) or a definite failure.
@@ -76,10 +81,40 @@ pub async fn run<C: LogConsumer, D: DeadLetters>(
         max_pending_bytes: c.batch_bytes.saturating_mul(8),
         ..DriverOptions::default()
     };
-    let tx_ends = false;
+    let tx_ends = match c.kind {
+        SinkKind::Typesense => crate::typesense::wants_tx_ends(spec),
+        SinkKind::Elasticsearch => crate::elasticsearch::wants_tx_ends(spec),
+        SinkKind::Redis => false,
+    };
     let mut prepare = Prepare::new(registry, spec.table_filter(), columns, tx_ends);
     match c.kind {
-        SinkKind::Redis | SinkKind::Typesense | SinkKind::Elasticsearch => {
+        SinkKind::Typesense => {
+            let mut sink = crate::typesense::TypesenseSink::connect(spec, &metrics)?;
+            crate::driver::run(
+                &mut consumer,
+                &mut sink,
+                &mut dead_letters,
+                &mut prepare,
+                &sink_metrics,
+                shutdown,
+                &opts,
+            )
+            .await
+        }
+        SinkKind::Elasticsearch => {
+            let mut sink = crate::elasticsearch::ElasticsearchSink::connect(spec, &metrics)?;
+            crate::driver::run(
+                &mut consumer,
+                &mut sink,
+                &mut dead_letters,
+                &mut prepare,
+                &sink_metrics,
+                shutdown,
+                &opts,
+            )
+            .await
+        }
+        SinkKind::Redis => {
             let _ = (
                 &mut consumer,
                 &mut dead_letters,

@@ -34,8 +34,11 @@ pub mod avro;
 pub mod change;
 pub mod config;
 pub mod driver;
+pub mod elasticsearch;
 pub mod factory;
 pub mod metrics;
+pub mod search;
+pub mod typesense;
 pub mod view;
 
 use std::future::Future;
