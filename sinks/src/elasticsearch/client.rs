@@ -195,6 +195,23 @@ impl Client {
     /// Deletes every document of the index (gone already is fine).
     pub async fn delete_all(&self, index: &str) -> Result<(), SinkError> {
         let what = "clearing an Elasticsearch index (_delete_by_query)";
+        // _delete_by_query deletes what a search finds, and a search finds only what a
+        // refresh made visible: without one, documents written in the last second
+        // (`index.refresh_interval`) would survive the truncate.
+        let r = self
+            .send(what, Method::POST, &[index, "_refresh"], &[], None)
+            .await?;
+        if r.status == 404 {
+            return Ok(());
+        }
+        if !r.ok() {
+            return Err(http::failed(
+                what,
+                r.status,
+                &r.message(),
+                "check the user's permissions (refresh and delete on the index)",
+            ));
+        }
         let body = serde_json::json!({"query": {"match_all": {}}}).to_string();
         let a = self
             .send(
