@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /healthz` | 200 `ok` while the process serves (liveness) |
 //! | `GET /readyz` | 200 `ready` once [`Readiness::set_ready`]`(true)`, else 503 `not ready` |
-//! | `GET /status` | 200, JSON: `{"state": "running"}`, or `{"state": "waiting for disk", "reason": …, "waiting_seconds": …}` while the pipeline waits for disk (it stays ready meanwhile: a restart would not free space) |
+//! | `GET /status` | 200, JSON: `{"state": "running"}`, or `{"state": "waiting for disk", "reason": …, "waiting_seconds": …}` while the pipeline waits for disk (it stays ready meanwhile: a restart would not free space); with sinks, `"sinks": {name: {state, error, lag_records, lag_ms, applied, dead_letters, retries}}` |
 //! | `GET /metrics` | Prometheus text format 0.0.4: the log's counters, the registry's sizes, and whatever the pipeline registers in [`Metrics`] |
 //! | `/…` and `/registry/…` | the Confluent Schema Registry API (`cdc_registry::http`), when an embedded registry is served; with a remote one, 404 naming it |
 //!
@@ -16,6 +16,7 @@
 //! shutdown).await?;` then `admin.readiness.set_ready(true)` when streaming, and
 //! `admin.metrics.counter("cdc_records_total", "…")` for its own figures.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ use cdc_log::{Log, Metrics as LogMetrics, MetricsSnapshot};
 use cdc_registry::http::{not_found, routes, ApiError};
 use cdc_registry::EmbeddedRegistry;
 pub use cdc_schemas::metrics::{Counter, Gauge, Metrics};
+use cdc_sinks::metrics::SinkMetrics;
 use tokio::task::JoinHandle;
 
 /// Whether the connector is ready to serve (the `/readyz` probe). Cheap to clone.
@@ -51,14 +53,41 @@ impl Readiness {
     }
 }
 
-/// What `/status` reports about the pipeline. Cheap to clone.
-#[derive(Clone, Debug, Default)]
-pub struct Status(Arc<Mutex<Option<(String, Instant)>>>);
+/// What `/status` reports about the pipeline and the sinks. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Status {
+    disk_wait: Arc<Mutex<Option<(String, Instant)>>>,
+    /// Per sink: its figures and, once it stopped on a definite error, that error.
+    sinks: Arc<Mutex<BTreeMap<String, SinkEntry>>>,
+}
+
+/// A sink's figures and, once it stopped on a definite error, that error.
+type SinkEntry = (SinkMetrics, Option<String>);
+
+impl std::fmt::Debug for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Status")
+    }
+}
 
 impl Status {
+    /// Reports sink `name` (its figures are `metrics`) in `/status` from now on.
+    pub fn add_sink(&self, name: &str, metrics: SinkMetrics) {
+        let mut g = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        g.insert(name.to_string(), (metrics, None));
+    }
+
+    /// Sink `name` stopped on a definite `error`.
+    pub fn sink_stopped(&self, name: &str, error: String) {
+        let mut g = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = g.get_mut(name) {
+            e.1 = Some(error);
+        }
+    }
+
     /// `Some(reason)`: the pipeline waits for disk from now on; `None`: it runs again.
     pub fn set_waiting_for_disk(&self, reason: Option<String>) {
-        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.disk_wait.lock().unwrap_or_else(|p| p.into_inner());
         match reason {
             Some(r) => {
                 let since = g.as_ref().map_or_else(Instant::now, |(_, t)| *t);
@@ -70,20 +99,47 @@ impl Status {
 
     /// The reason and how long the pipeline has waited, while it waits for disk.
     pub fn waiting_for_disk(&self) -> Option<(String, std::time::Duration)> {
-        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.disk_wait.lock().unwrap_or_else(|p| p.into_inner());
         g.as_ref().map(|(r, t)| (r.clone(), t.elapsed()))
     }
 
     /// The `/status` document.
     pub fn to_json(&self) -> serde_json::Value {
-        match self.waiting_for_disk() {
+        let mut doc = match self.waiting_for_disk() {
             Some((reason, d)) => serde_json::json!({
                 "state": "waiting for disk",
                 "reason": reason,
                 "waiting_seconds": d.as_secs(),
             }),
             None => serde_json::json!({ "state": "running" }),
+        };
+        let g = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
+        if !g.is_empty() {
+            let sinks: serde_json::Map<String, serde_json::Value> = g
+                .iter()
+                .map(|(name, (m, stopped))| {
+                    let state = match stopped {
+                        Some(_) => "stopped",
+                        None if m.up.get() == 1 => "running",
+                        None => "retrying",
+                    };
+                    (
+                        name.clone(),
+                        serde_json::json!({
+                            "state": state,
+                            "error": stopped,
+                            "lag_records": m.lag_records.get(),
+                            "lag_ms": m.lag_ms.get(),
+                            "applied": m.applied.get(),
+                            "dead_letters": m.dead_letters.get(),
+                            "retries": m.retries.get(),
+                        }),
+                    )
+                })
+                .collect();
+            doc["sinks"] = serde_json::Value::Object(sinks);
         }
+        doc
     }
 }
 

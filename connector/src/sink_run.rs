@@ -226,6 +226,7 @@ pub fn spawn_all(
     config: &Arc<Config>,
     registry: &Arc<dyn SchemaRegistry>,
     metrics: &Metrics,
+    status: &crate::admin::Status,
     shutdown: &watch::Receiver<bool>,
 ) -> Vec<(String, JoinHandle<Result<(), SinkError>>)> {
     config
@@ -233,13 +234,28 @@ pub fn spawn_all(
         .iter()
         .map(|spec| {
             let name = spec.name().to_string();
-            let task = run_sink(
+            // The same names give the same figures the sink's driver updates.
+            status.add_sink(&name, cdc_sinks::metrics::SinkMetrics::new(metrics, &name));
+            let run = run_sink(
                 config.clone(),
                 spec.clone(),
                 Some(registry.clone()),
                 metrics.clone(),
                 shutdown.clone(),
             );
+            let status = status.clone();
+            let task = {
+                let name = name.clone();
+                async move {
+                    let r = run.await;
+                    if let Err(e) = &r {
+                        // The source goes on: the log keeps the records for the sink.
+                        tracing::error!(error = %e, "sink stopped on a definite error; the connector goes on streaming into the log (restart it once the cause is fixed)");
+                        status.sink_stopped(&name, e.to_string());
+                    }
+                    r
+                }
+            };
             // Named by its span: every log line of the task says which sink it is.
             let span = tracing::info_span!("sink", name = %name);
             (name, tokio::spawn(task.instrument(span)))
@@ -330,3 +346,7 @@ pub async fn standalone(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "sink_run_tests.rs"]
+mod tests;

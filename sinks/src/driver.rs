@@ -175,13 +175,12 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
         if *shutdown.borrow() {
             return Ok(stats);
         }
-        let lag = consumer.lag();
-        metrics.lag_records.set(lag);
-        metrics.lag_ms.set(match (lag, last_applied_ms) {
-            (0, _) => 0,
-            (_, Some(t)) => (now_ms() - t).max(0) as u64,
-            (_, None) => 0,
-        });
+        report_lag(
+            consumer,
+            metrics,
+            p.records.iter().map(|r| r.timestamp_ms).min(),
+            last_applied_ms,
+        );
         if (wants_more || p.records.is_empty()) && p.bytes < opts.max_pending_bytes {
             // With records in hand, only take what is already there.
             let wait = if p.changes.is_empty() {
@@ -280,13 +279,14 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
                     }
                 }
             }
-            for (r, why) in &letters {
+            // The error text may quote the row's values: it goes to the dead-letter
+            // record's header, not to the log.
+            for (r, _) in &letters {
                 tracing::warn!(
                     topic = %r.topic,
                     partition = r.partition,
                     offset = r.offset,
-                    error = %why,
-                    "sink: record sent to the dead-letter topic"
+                    "sink: record sent to the dead-letter topic (the error is in its __connect.errors.exception.message header)"
                 );
             }
             stats.dead_letters += letters.len() as u64;
@@ -314,8 +314,32 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
         metrics.applied.add(n_changes as u64);
         metrics.commits.inc();
         p.drain(n_records, n_changes);
+        report_lag(
+            consumer,
+            metrics,
+            p.records.iter().map(|r| r.timestamp_ms).min(),
+            last_applied_ms,
+        );
         retry.succeeded(&stats);
     }
+}
+
+/// The lag gauges: records behind the group's committed offsets, and while there are
+/// some, the age of the oldest record read and not applied (else of the newest applied).
+fn report_lag<C: LogConsumer>(
+    consumer: &C,
+    metrics: &SinkMetrics,
+    oldest_waiting_ms: Option<i64>,
+    last_applied_ms: Option<i64>,
+) {
+    let lag = consumer.lag();
+    metrics.lag_records.set(lag);
+    metrics
+        .lag_ms
+        .set(match (lag, oldest_waiting_ms.or(last_applied_ms)) {
+            (0, _) | (_, None) => 0,
+            (_, Some(t)) => (now_ms() - t).max(0) as u64,
+        });
 }
 
 /// Backoff over a streak of transient failures, logged once per streak.

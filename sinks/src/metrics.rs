@@ -1,7 +1,6 @@
 //! A sink's figures on the admin `/metrics`, labelled `sink="<name>"`: changes applied,
 //! records sent to the dead-letter topic, retries, and the lag in records and in
-//! milliseconds (how old the newest applied record is while records wait; 0 when
-//! caught up).
+//! milliseconds (how old the oldest record waiting to be applied is; 0 when caught up).
 
 use cdc_schemas::metrics::{Counter, Gauge, Metrics};
 
@@ -43,7 +42,7 @@ impl SinkMetrics {
             ),
             lag_ms: metrics.gauge(
                 &l("cdc_sink_lag_milliseconds"),
-                "While records wait: age of the newest record the sink applied; 0 when caught up",
+                "Age of the oldest record the sink has read and not yet applied (while records wait); 0 when caught up",
             ),
             up: metrics.gauge(
                 &l("cdc_sink_up"),

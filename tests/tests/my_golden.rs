@@ -10,7 +10,8 @@
 //! and `decimal.handling.mode=string`, `binary.handling.mode=hex`,
 //! `time.precision.mode=connect`, `bigint.unsigned.handling.mode=precise`; both with
 //! `snapshot.mode=initial`, `skipped.operations=none` (truncates) and
-//! `provide.transaction.metadata=true` (the `transaction` block), JSON with schemas. Both
+//! `provide.transaction.metadata=true` (the `transaction` block and the `golden.transaction`
+//! topic; ours with `format.provide_transaction_metadata = true`), JSON with schemas. Both
 //! connectors run at once on one fresh server (server id 1, as the capture's); the changes
 //! are applied once both have written every snapshot record, as the capture did.
 //!
@@ -27,8 +28,12 @@
 //!   Debezium writes and ours does not. Each is listed in schemas/FORMATS.md ("MySQL /
 //!   MariaDB deviations from Debezium") and accepted by a rule that checks the difference is
 //!   exactly that one; every rule must match at least once, so the lists cannot go stale;
-//! - the `golden.transaction` topic (BEGIN/END records of `provide.transaction.metadata`)
-//!   and the schema-change topic `golden` (`debezium_my_schema_changes.jsonl`), which our
+//! - in the `golden.transaction` topic (BEGIN/END records): the ids, our MariaDB GTID where
+//!   Debezium's MySQL connector writes `file=…,pos=…` ([`TX_IDS`]: ours are mapped through
+//!   our change records' `source` and must then equal Debezium's, the offset shift removed),
+//!   and the order of `data_collections` (a rule); [`golden_tx`] checks our ids and
+//!   counts against our own change records;
+//! - the schema-change topic `golden` (`debezium_my_schema_changes.jsonl`), which our
 //!   connector does not produce.
 //!
 //! With default settings, the `cdc.unrepresentable.*` headers are checked too
@@ -36,6 +41,7 @@
 //! the first one (in capture, topic and record order) first. `MY_GOLDEN_DUMP=<dir>` writes
 //! our records and the server's binlog there.
 
+mod golden_tx;
 mod my_source_util;
 
 use std::collections::BTreeMap;
@@ -57,8 +63,17 @@ const GOLDEN_MODES: &str = include_str!("../golden/debezium_my_modes.jsonl");
 
 /// Debezium's `topic.prefix` in the captures (`DUMP_PREFIX`), our connector's `name`.
 const PREFIX: &str = "golden";
-/// Debezium's transaction-metadata topic and schema-change topic: not produced by ours.
-const SKIPPED_TOPICS: &[&str] = &["golden.transaction", "golden"];
+/// Debezium's schema-change topic: not produced by ours.
+const SKIPPED_TOPICS: &[&str] = &["golden"];
+/// Debezium's transaction-metadata topic (`provide.transaction.metadata=true`), ours with
+/// `format.provide_transaction_metadata = true`.
+const TX_TOPIC: &str = "golden.transaction";
+/// How our transaction records' ids are compared with Debezium's (applied before pairing;
+/// counted as a rule).
+const TX_IDS: &str = "transaction topic ids: we write the MariaDB GTID of the transaction, \
+    as in the change records' transaction.id; Debezium's MySQL connector writes \
+    file=<binlog file>,pos=<start of the transaction>: ours are replaced by the file and pos \
+    of our change records of that GTID (their source), which must equal Debezium's";
 /// The capture's `table.include.list` (the DDL targets listed up front).
 const TABLES: &[&str] = &[
     "golden.types",
@@ -95,7 +110,7 @@ const CAPTURES: &[Capture] = &[
     Capture {
         name: "default",
         golden: GOLDEN_DEFAULT,
-        format: "[format]\nvalue = \"json-schemas\"\n",
+        format: "[format]\nvalue = \"json-schemas\"\nprovide_transaction_metadata = true\n",
     },
     Capture {
         name: "modes",
@@ -103,7 +118,8 @@ const CAPTURES: &[Capture] = &[
         // `ALTER TABLE ddl MODIFY a BIGINT UNSIGNED` turns int32 into a Decimal (bytes) in
         // precise mode: incompatible under the embedded registry's BACKWARD check, which
         // Debezium with the JSON converter does not make.
-        format: "[format]\nvalue = \"json-schemas\"\nschema_change = \"force\"\ndecimal_handling_mode = \"string\"\n\
+        format: "[format]\nvalue = \"json-schemas\"\nprovide_transaction_metadata = true\n\
+                 schema_change = \"force\"\ndecimal_handling_mode = \"string\"\n\
                  binary_handling_mode = \"hex\"\ntime_precision_mode = \"connect\"\n\
                  bigint_unsigned_handling_mode = \"precise\"\n",
     },
@@ -166,6 +182,12 @@ const DEVIATIONS: &[Rule] = &[
          makes up for a replica that does not announce MariaDB capabilities); we write null \
          (MariaDB's row events name no thread)",
         source_thread,
+    ),
+    (
+        "transaction topic, order of END's data_collections: Debezium's is a Java HashMap's \
+         iteration order (here alphabetical); ours the order of each table's first change \
+         (same counts)",
+        golden_tx::data_collections_order,
     ),
 ];
 
@@ -670,6 +692,52 @@ fn pos_is_transaction_start(p: &mut Pair) -> bool {
     false
 }
 
+/// The data collection our END records count a change record under: `db.table`.
+fn data_collection(_topic: &str, payload: &Json) -> String {
+    let s = &payload["source"];
+    format!(
+        "{}.{}",
+        s["db"].as_str().unwrap_or_default(),
+        s["table"].as_str().unwrap_or_default()
+    )
+}
+
+/// Replaces the GTID id of each of our transaction records by `file=<file>,pos=<pos>` of
+/// our change records with that GTID (`source.file`, `source.pos` minus `shift`: the start
+/// of the transaction, see [`SOURCE_BUGS`]), the form Debezium's MySQL connector writes.
+/// Returns how many it replaced.
+fn map_tx_ids(got: &mut BTreeMap<String, Vec<Record>>, shift: i64) -> usize {
+    let mut by_gtid: BTreeMap<String, String> = BTreeMap::new();
+    for r in got
+        .iter()
+        .filter(|(t, _)| *t != TX_TOPIC)
+        .flat_map(|(_, r)| r)
+    {
+        let Some(p) = r.value.as_ref().map(|v| &v["payload"]) else {
+            continue;
+        };
+        let (Some(id), Some(file), Some(pos)) = (
+            p["transaction"]["id"].as_str(),
+            p["source"]["file"].as_str(),
+            p["source"]["pos"].as_i64(),
+        ) else {
+            continue;
+        };
+        if is_gtid(id) && p["source"]["gtid"] == id {
+            by_gtid.insert(id.to_string(), format!("file={file},pos={}", pos - shift));
+        }
+    }
+    let mut n = 0;
+    for r in got.get_mut(TX_TOPIC).into_iter().flatten() {
+        let id = golden_tx::tx_payload(r).and_then(|p| p["id"].as_str().map(String::from));
+        if let Some(dbz) = id.and_then(|id| by_gtid.get(&id)) {
+            golden_tx::set_id(r, &dbz.clone());
+            n += 1;
+        }
+    }
+    n
+}
+
 async fn run_sql(my: &MariaDbServer, sql: &str) {
     let mut c = my.root_conn().await.unwrap();
     for s in statements(sql) {
@@ -737,6 +805,9 @@ async fn json_envelope_equals_debezium() {
                 .find_map(|r| r.value.as_ref().and_then(|v| positions(v).0))
         };
         let shift = first_pos(&got).unwrap_or(0) - first_pos(want).unwrap_or(0);
+        golden_tx::check_consistent(cap.name, &got, TX_TOPIC, data_collection, &mut cmp);
+        let mapped = map_tx_ids(&mut got, shift);
+        cmp.hit(TX_IDS, mapped);
         for (topic, w) in want {
             let g = got.get_mut(topic).unwrap();
             for v in g.iter_mut().filter_map(|r| r.value.as_mut()) {
@@ -757,6 +828,7 @@ async fn json_envelope_equals_debezium() {
         .iter()
         .chain(SOURCE_BUGS)
         .map(|(n, _)| *n)
-        .chain(MISSING.iter().map(|(n, _)| *n));
+        .chain(MISSING.iter().map(|(n, _)| *n))
+        .chain([TX_IDS]);
     cmp.finish(names, started);
 }

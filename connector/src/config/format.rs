@@ -48,6 +48,10 @@ pub struct FormatConfig {
     /// and warned about) or "fail" (a definite error naming the table and column).
     #[serde(default = "default_header")]
     pub unrepresentable_handling_mode: String,
+    /// Debezium `provide.transaction.metadata`: BEGIN and END records of every streamed
+    /// transaction on `<name>.transaction` (see `pipeline::txmeta`).
+    #[serde(default)]
+    pub provide_transaction_metadata: bool,
     /// What an incompatible schema change does: "stop" (default; a definite error naming
     /// the table) or "force" (register under compatibility NONE for that subject, loudly).
     #[serde(default = "default_schema_change")]
@@ -90,6 +94,7 @@ impl Default for FormatConfig {
             bigint_unsigned_handling_mode: default_long(),
             tombstones_on_delete: true,
             unrepresentable_handling_mode: default_header(),
+            provide_transaction_metadata: false,
             schema_change: default_schema_change(),
         }
     }

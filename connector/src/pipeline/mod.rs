@@ -32,6 +32,14 @@
 //! pipeline stops mid-transaction the partial records are left unflushed (the supervisor
 //! drops the log, which discards them like a crash would).
 //!
+//! # Transaction metadata
+//!
+//! With `format.provide_transaction_metadata` ([`txmeta`]), each streamed transaction also
+//! gets a BEGIN record on `<name>.transaction`, appended before its first change record,
+//! and an END record (its event counts), appended after its last one and before its commit
+//! becomes pending — both parts of the transaction under the rule above, so the END is
+//! durable in the same flush as every change record it counts.
+//!
 //! # Re-snapshot: deletes for what the snapshot no longer finds
 //!
 //! A source frames every snapshot with [`SnapshotMark`]s. At `Begin` the pipeline flushes
@@ -85,6 +93,7 @@ mod reconcile;
 pub mod registry;
 pub mod run;
 mod schemas;
+pub mod txmeta;
 
 pub use diskwait::DiskWait;
 pub use schemas::{changed_columns, subject};
@@ -125,6 +134,9 @@ pub struct PipelineConfig {
     pub key_columns: MessageKeyColumns,
     /// Counts and warns about values carried in headers (shared across attempts).
     pub hidden: hidden::HiddenValues,
+    /// `format.provide_transaction_metadata`: BEGIN/END records on `<name>.transaction`
+    /// ([`txmeta`]).
+    pub transaction_metadata: bool,
 }
 
 /// Why the pipeline stopped.
@@ -199,6 +211,9 @@ struct InFlight {
     /// The first job of a chunk of a transaction (a batch without a commit): the pending
     /// commit is flushed before any of it is appended.
     flush_before: bool,
+    /// On the first job of the batch that opens a transaction: its BEGIN record, appended
+    /// before the job's records (after the flushes above).
+    tx_begin: Option<txmeta::TxRecord>,
     /// On the last job of a batch.
     end: Option<BatchEnd>,
 }
@@ -207,6 +222,8 @@ struct BatchEnd {
     events: usize,
     commit: Option<Checkpoint>,
     mark: Option<SnapshotMark>,
+    /// The END record of the transaction this batch ends, appended after its records.
+    tx_end: Option<txmeta::TxRecord>,
 }
 
 /// A job of at most this many events is encoded inline when nothing is in flight: a
@@ -241,6 +258,8 @@ pub struct Pipeline {
     reconcile_keys_per_pass: u64,
     /// Waiting for disk (budget, ENOSPC): its state, figures and shutdown signal.
     disk: DiskWait,
+    /// `format.provide_transaction_metadata`; `None` when off (nothing done per event).
+    txmeta: Option<txmeta::TxMeta>,
 }
 
 impl InFlight {
@@ -261,6 +280,9 @@ impl Pipeline {
     ) -> Self {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         let rekeyer = Rekeyer::new(cfg.key_columns.clone());
+        let txmeta = cfg
+            .transaction_metadata
+            .then(|| txmeta::TxMeta::new(cfg.encoder.format));
         Pipeline {
             log,
             registry,
@@ -280,6 +302,7 @@ impl Pipeline {
             snapshot_start: None,
             reconcile_keys_per_pass: reconcile::KEYS_PER_PASS,
             disk: DiskWait::default(),
+            txmeta,
         }
     }
 
@@ -415,6 +438,13 @@ impl Pipeline {
         }
         let n = queued.batch.events.len();
         let now_ns = now_ns();
+        let (tx_begin, tx_end) = match self.txmeta.as_mut() {
+            Some(t) => {
+                let marks = t.scan(&queued.batch.events, commit.is_some());
+                self.tx_records(marks, now_ns / 1_000_000).await?
+            }
+            None => (None, None),
+        };
         // A batch may hold two versions of a table's schema (a Relation in the middle of a
         // transaction): it is taken in segments within which each table has one version.
         // Every segment's schemas are registered before any record of the batch is
@@ -481,15 +511,20 @@ impl Pipeline {
             events: n,
             commit,
             mark,
+            tx_end,
         };
         if jobs.is_empty() {
+            // No events: no change record, so no BEGIN (only the END of a transaction
+            // whose last chunk is empty).
             self.inflight.push_back(InFlight {
                 work: Work::Done(Ok(Vec::new())),
                 flush_before: false,
+                tx_begin: None,
                 end: Some(end),
             });
             return Ok(());
         }
+        let mut tx_begin = tx_begin;
         let count = jobs.len();
         let mut end = Some(end);
         for (i, job) in jobs.into_iter().enumerate() {
@@ -503,6 +538,7 @@ impl Pipeline {
             self.inflight.push_back(InFlight {
                 work,
                 flush_before: i == 0 && chunk_of_tx,
+                tx_begin: tx_begin.take(),
                 end: if i + 1 == count { end.take() } else { None },
             });
         }
@@ -534,6 +570,11 @@ impl Pipeline {
             // consumer could release them, and the wait would never end.
             self.flush_pending().await?;
         }
+        if let Some(r) = &job.tx_begin {
+            // Before the transaction's first record, after the flushes above: no flush
+            // may cover it before the transaction's END is appended (`txmeta`).
+            self.append_tx_record(r).await?;
+        }
         let mut result = Ok(());
         for p in pieces {
             if result.is_ok() {
@@ -551,6 +592,11 @@ impl Pipeline {
         let Some(end) = job.end else {
             return Ok(());
         };
+        if let Some(r) = &end.tx_end {
+            // After the transaction's last record and before its commit is pending: the
+            // flush that makes the commit durable covers it (`txmeta`).
+            self.append_tx_record(r).await?;
+        }
         if matches!(end.mark, Some(SnapshotMark::End)) {
             // Before the snapshot's position can become pending: its deletes go under it.
             self.reconcile_snapshot().await?;
@@ -621,6 +667,13 @@ impl Pipeline {
         Ok(())
     }
 
+    /// A transaction topic record (one partition).
+    async fn append_tx_record(&mut self, r: &txmeta::TxRecord) -> Result<(), PipelineError> {
+        self.append_retrying(&r.topic, 0, &r.batch).await?;
+        self.stats.records += 1;
+        Ok(())
+    }
+
     /// One batch to one partition, waiting for disk and retrying while the log refuses it
     /// for lack of room (a refused append changed nothing: `diskwait`).
     async fn append_retrying(
@@ -664,11 +717,20 @@ impl Pipeline {
         if let Some(t) = self.topics.get(name) {
             return Ok(t.clone());
         }
+        self.topic_with(name, self.cfg.topic_config.clone()).await
+    }
+
+    /// [`Pipeline::topic`] with `config` for a new topic.
+    async fn topic_with(
+        &mut self,
+        name: &str,
+        config: TopicConfig,
+    ) -> Result<Topic, PipelineError> {
+        if let Some(t) = self.topics.get(name) {
+            return Ok(t.clone());
+        }
         let t = loop {
-            match self
-                .log
-                .topic_or_create(name, self.cfg.topic_config.clone())
-            {
+            match self.log.topic_or_create(name, config.clone()) {
                 Ok(t) => break t,
                 Err(e) if diskwait::is_disk_wait(&e) => {
                     self.disk.pause(&self.log, &e, self.partial).await?;

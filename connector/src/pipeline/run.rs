@@ -176,7 +176,7 @@ pub async fn run(config: Config) -> ExitCode {
                 let _ = stop.send(true);
             }
         });
-        crate::sink_run::spawn_all(&config, &registry, &metrics, &sinks_stop_rx)
+        crate::sink_run::spawn_all(&config, &registry, &metrics, &status, &sinks_stop_rx)
     };
     // Snapshot progress: bar on a terminal, log lines otherwise, gauges on /metrics.
     let snapshot_progress = SnapshotProgress::new();
@@ -259,6 +259,7 @@ pub async fn run(config: Config) -> ExitCode {
                 group_commit: Duration::from_millis(config.source.common.group_commit_ms),
                 key_columns: config.source.common.key_columns(),
                 hidden: hidden.clone(),
+                transaction_metadata: config.format.provide_transaction_metadata,
             },
             publisher,
         )

@@ -133,7 +133,7 @@ impl Pipeline {
         }
     }
 
-    async fn register_one(
+    pub(super) async fn register_one(
         &self,
         subject: &str,
         text: &str,

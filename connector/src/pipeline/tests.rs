@@ -8,6 +8,7 @@ use cdc_schemas::{Column, ColumnType, Lsn, PgPosition, Row, SourcePosition, Valu
 use cdc_sources::ChangeBatch;
 
 mod resnapshot;
+mod txmeta;
 
 pub(super) fn table(name: &str, extra: bool) -> Arc<TableSchema> {
     let mut cols = vec![
@@ -92,6 +93,7 @@ pub(super) fn config() -> PipelineConfig {
         group_commit: Duration::from_secs(60),
         key_columns: MessageKeyColumns::default(),
         hidden: Default::default(),
+        transaction_metadata: false,
     }
 }
 

@@ -434,6 +434,21 @@ impl FormatWriter for AvroWriter {
         });
     }
 
+    #[inline]
+    fn open_array(&self, out: &mut Vec<u8>, len: usize) {
+        if len > 0 {
+            write_long(out, len as i64);
+        }
+    }
+
+    #[inline]
+    fn array_item(&self, _out: &mut Vec<u8>, _index: usize) {}
+
+    #[inline]
+    fn close_array(&self, out: &mut Vec<u8>) {
+        write_long(out, 0);
+    }
+
     #[inline(always)]
     fn row<'p>(
         &self,

@@ -645,6 +645,23 @@ impl FormatWriter for JsonWriter {
     }
 
     #[inline]
+    fn open_array(&self, out: &mut Vec<u8>, _len: usize) {
+        out.push(b'[');
+    }
+
+    #[inline]
+    fn array_item(&self, out: &mut Vec<u8>, index: usize) {
+        if index > 0 {
+            out.push(b',');
+        }
+    }
+
+    #[inline]
+    fn close_array(&self, out: &mut Vec<u8>) {
+        out.push(b']');
+    }
+
+    #[inline]
     fn row<'p>(
         &self,
         out: &mut Vec<u8>,

@@ -26,7 +26,8 @@
 //!
 //! Submodules: [`config`] (options), [`connect`] (type mapping), [`json`], [`avro`],
 //! [`avro_schema`], [`envelope`] (event → records, tombstones, key changes), [`topic`]
-//! (topic names and routing), [`temporal`] and [`convert`] (value conversions); private:
+//! (topic names and routing), [`txmeta`] (the transaction metadata topic's BEGIN/END
+//! records), [`temporal`] and [`convert`] (value conversions); private:
 //! `writer` (the format seam), `source` (the `source` and `transaction` blocks),
 //! `record_schema` (the Connect schemas of envelopes and messages), `memo`.
 
@@ -45,6 +46,7 @@ pub mod redelete_avro;
 mod source;
 pub mod temporal;
 pub mod topic;
+pub mod txmeta;
 mod writer;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -61,6 +63,7 @@ pub use envelope::{
 pub use hidden::{HiddenReason, UnrepresentableMode, HEADER_UNREPRESENTABLE};
 pub use record_schema::{source_schema, transaction_schema};
 pub use topic::{RouteRule, TopicRouter};
+pub use txmeta::TransactionMetadataEncoder;
 
 use crate::event::{ChangeEvent, Op};
 use crate::table::TableSchema;

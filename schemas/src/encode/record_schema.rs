@@ -1,5 +1,6 @@
 //! The Connect schemas of the records Debezium emits: the change envelope, its `source`
-//! and `transaction` blocks, and the key and value of Postgres logical decoding messages.
+//! and `transaction` blocks, the key and value of Postgres logical decoding messages, and
+//! the key and value of the transaction metadata topic's BEGIN/END records.
 //!
 //! Invariant: field order and names, schema names and versions are Debezium 3.x's and
 //! match the order the encoder writes the fields in; a change here is a change of every
@@ -134,6 +135,49 @@ pub(crate) fn message_value_schema(config: &EncoderConfig) -> ConnectSchema {
             ConnectField::new("source", source_schema(config)),
             ConnectField::new("transaction", transaction_schema()),
             ConnectField::new("message", block),
+        ],
+    )
+    .version(1)
+}
+
+/// The key of a transaction metadata record (`<prefix>.transaction`): `{id}`.
+pub(crate) fn transaction_metadata_key_schema() -> ConnectSchema {
+    ConnectSchema::strukt(
+        "io.debezium.connector.common.TransactionMetadataKey",
+        vec![ConnectField::new(
+            "id",
+            ConnectSchema::of(ConnectType::String),
+        )],
+    )
+    .version(1)
+}
+
+/// The value of a transaction metadata record: `{status, id, event_count,
+/// data_collections: [{data_collection, event_count}], ts_ms}` (BEGIN: `event_count` and
+/// `data_collections` null).
+pub(crate) fn transaction_metadata_value_schema() -> ConnectSchema {
+    let s = |t: ConnectType| ConnectSchema::of(t);
+    let collection = ConnectSchema::strukt(
+        "event.collection",
+        vec![
+            ConnectField::new("data_collection", s(ConnectType::String)),
+            ConnectField::new("event_count", s(ConnectType::Int64)),
+        ],
+    )
+    .version(1)
+    // Debezium's: the items are optional structs (never null in its records or ours).
+    .optional();
+    ConnectSchema::strukt(
+        "io.debezium.connector.common.TransactionMetadataValue",
+        vec![
+            ConnectField::new("status", s(ConnectType::String)),
+            ConnectField::new("id", s(ConnectType::String)),
+            ConnectField::new("event_count", s(ConnectType::Int64).optional()),
+            ConnectField::new(
+                "data_collections",
+                s(ConnectType::Array(Box::new(collection))).optional(),
+            ),
+            ConnectField::new("ts_ms", s(ConnectType::Int64)),
         ],
     )
     .version(1)

@@ -83,6 +83,12 @@ pub(crate) trait FormatWriter {
     /// Postgres's `source.sequence`: a string holding the JSON array of the commit LSN
     /// (`null` when 0: none yet) and the change's LSN, both as decimal strings.
     fn pg_sequence(&self, out: &mut Vec<u8>, commit_lsn: u64, lsn: u64);
+    /// Starts an array of `len` items (Avro: one block of `len`, or nothing when empty).
+    fn open_array(&self, out: &mut Vec<u8>, len: usize);
+    /// Before item `index` of an array (JSON: the comma after the first).
+    fn array_item(&self, out: &mut Vec<u8>, index: usize);
+    /// Ends an array (Avro: the block terminator).
+    fn close_array(&self, out: &mut Vec<u8>);
     /// The planned columns of `row` as a struct. A value the format cannot carry is
     /// reported to `hidden` and replaced by its stand-in, or (`fail` mode, or any other
     /// error) returned with the failing column.
