@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use cdc_schemas::config_keys::KeyError;
+use cdc_schemas::config_keys::{fields_of, KeyError};
 use cdc_schemas::metrics::Metrics;
 use cdc_schemas::registry::SchemaRegistry;
 use tokio::sync::watch;
@@ -34,23 +34,17 @@ pub struct SinkContext<C, D> {
 pub fn check_target(spec: &SinkSpec) -> Result<(), KeyError> {
     match spec.common.kind {
         SinkKind::Redis => crate::redis::check(spec),
-        SinkKind::Typesense | SinkKind::Elasticsearch => Err((
-            format!("{}.type", spec.path),
-            format!(
-                "{:?}: this build has no {} sink yet",
-                spec.common.kind.as_str(),
-                spec.common.kind.as_str()
-            ),
-        )),
+        SinkKind::Typesense => crate::typesense::check(spec),
+        SinkKind::Elasticsearch => crate::elasticsearch::check(spec),
     }
 }
 
 /// Every target's own keys.
 pub fn target_keys() -> Vec<&'static str> {
     let mut k = Vec::new();
-    k.extend(cdc_schemas::config_keys::fields_of::<
-        crate::redis::config::Settings,
-    >());
+    k.extend(fields_of::<crate::redis::config::Settings>());
+    k.extend(fields_of::<crate::typesense::config::Settings>());
+    k.extend(fields_of::<crate::elasticsearch::config::Settings>());
     k
 }
 
@@ -83,7 +77,8 @@ pub async fn run<C: LogConsumer, D: DeadLetters>(
     };
     let tx_ends = match c.kind {
         SinkKind::Redis => crate::redis::wants_tx_ends(spec),
-        SinkKind::Typesense | SinkKind::Elasticsearch => false,
+        SinkKind::Typesense => crate::typesense::wants_tx_ends(spec),
+        SinkKind::Elasticsearch => crate::elasticsearch::wants_tx_ends(spec),
     };
     let mut prepare = Prepare::new(registry, spec.table_filter(), columns, tx_ends);
     match c.kind {
@@ -100,20 +95,31 @@ pub async fn run<C: LogConsumer, D: DeadLetters>(
             )
             .await
         }
-        SinkKind::Typesense | SinkKind::Elasticsearch => {
-            let _ = (
+        SinkKind::Typesense => {
+            let mut sink = crate::typesense::TypesenseSink::connect(spec, &metrics)?;
+            crate::driver::run(
                 &mut consumer,
+                &mut sink,
                 &mut dead_letters,
                 &mut prepare,
+                &sink_metrics,
+                shutdown,
                 &opts,
-                &shutdown,
-            );
-            sink_metrics.up.set(0);
-            Err(SinkError::definite(
-                "starting a sink",
-                format!("this build has no {} sink", c.kind.as_str()),
-                "remove the [[sink]] section",
-            ))
+            )
+            .await
+        }
+        SinkKind::Elasticsearch => {
+            let mut sink = crate::elasticsearch::ElasticsearchSink::connect(spec, &metrics)?;
+            crate::driver::run(
+                &mut consumer,
+                &mut sink,
+                &mut dead_letters,
+                &mut prepare,
+                &sink_metrics,
+                shutdown,
+                &opts,
+            )
+            .await
         }
     }
 }

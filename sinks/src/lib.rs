@@ -34,9 +34,12 @@ pub mod avro;
 pub mod change;
 pub mod config;
 pub mod driver;
+pub mod elasticsearch;
 pub mod factory;
 pub mod metrics;
 pub mod redis;
+pub mod search;
+pub mod typesense;
 pub mod view;
 
 use std::future::Future;

@@ -1,4 +1,5 @@
-//! Real-server test harness: throwaway Postgres, MariaDB and Redis servers started from the
+//! Real-server test harness: throwaway Postgres, MariaDB, Redis and Typesense servers (and
+//! the noida-db emulator's Elasticsearch API) started from the
 //! installed binaries, on free loopback ports, in temporary directories, configured for
 //! change data capture. See `tests/README.md` for usage and environment variables.
 //!
@@ -21,19 +22,23 @@ pub mod golden;
 #[cfg(feature = "e2e")]
 mod http;
 mod mariadb;
+mod noida;
 mod pg;
 mod process;
 mod redis;
+mod typesense;
 mod valkey;
 
 #[cfg(feature = "e2e")]
 pub use http::http;
 pub use mariadb::{MariaDbOptions, MariaDbServer};
+pub use noida::{noida_bin, NoidaElasticsearch};
 pub use pg::{
     resolve_bin_dir as resolve_pg_bin_dir, supports_ssl as pg_supports_ssl, PgOptions, PgServer,
 };
 pub use process::{instance_root, pid_is_running, server_processes_in, sweep_stale};
 pub use redis::{RedisOptions, RedisServer};
+pub use typesense::{search_http, typesense_bin, TypesenseServer, TYPESENSE_API_KEY};
 pub use valkey::{start_valkey, valkey_binary};
 
 /// Passwords of the test accounts.

@@ -42,6 +42,9 @@ const SERVER_COMMS: &[&str] = &[
     "mariadbd",
     "mysqld",
     "redis-server",
+    // /proc/<pid>/comm holds 15 bytes: typesense-server-<version>, noida-db-<version>.
+    "typesense-serve",
+    "noida-db-0.2.3",
 ];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

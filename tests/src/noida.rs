@@ -1,0 +1,107 @@
+//! Throwaway noida-db emulators (0.2.3, from PyPI through `tests/fetch-noida.sh`) serving
+//! only their Elasticsearch API (it reports Elasticsearch 8.15.3) on a loopback port the
+//! kernel handed out; the data directory and `noida.log` are in the instance directory
+//! (`<root>/cdc-harness-<owner>-noida<n>/`). No real Elasticsearch is installable here:
+//! the Elasticsearch sink's tests run against this, and its request bodies are checked
+//! against Elasticsearch's documented `_bulk` format in the sink's unit tests.
+//!
+//! The binary is `$CDC_TEST_NOIDA_BIN`, else the fetch script's cache, else the script is
+//! run once per process; when that fails, [`noida_bin`] says why and the tests skip.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+
+use crate::process::{self, Instance};
+use crate::typesense::{fetched_binary, get};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const PORT_ATTEMPTS: usize = 5;
+
+/// The noida-db binary, fetching it if needed.
+pub fn noida_bin() -> Result<PathBuf> {
+    static ONCE: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    fetched_binary(
+        "CDC_TEST_NOIDA_BIN",
+        "noida/noida-db-0.2.3",
+        "fetch-noida.sh",
+        &ONCE,
+    )
+}
+
+/// A running emulator with its Elasticsearch API. Dropping it stops it and deletes its
+/// directory.
+pub struct NoidaElasticsearch {
+    inst: Arc<Instance>,
+    port: u16,
+}
+
+impl NoidaElasticsearch {
+    /// Starts a fresh emulator (milliseconds).
+    pub fn start() -> Result<NoidaElasticsearch> {
+        let bin = noida_bin()?;
+        // Ctrl-C is its documented way to stop a foreground server.
+        let inst = Instance::create("noida", None, libc::SIGINT)?;
+        let dir = inst.dir().to_path_buf();
+        let log_path = dir.join("noida.log");
+        for _ in 0..PORT_ATTEMPTS {
+            let port = process::free_port()?;
+            let log = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)?;
+            let mut cmd = Command::new(&bin);
+            cmd.current_dir(&dir)
+                .arg("start")
+                .arg("--data-dir")
+                .arg(dir.join("data"))
+                .args(["--host", "127.0.0.1"])
+                .args(["--only", "elasticsearch"])
+                .args(["--elasticsearch-port", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log);
+            inst.set_child(process::spawn(cmd)?);
+            if process::wait_ready(
+                &inst,
+                "noida-db",
+                &log_path,
+                START_TIMEOUT,
+                || matches!(get(port, "/"), Some((200, b)) if b.contains("You Know, for Search")),
+            )? {
+                return Ok(NoidaElasticsearch { inst, port });
+            }
+        }
+        let _ = inst.shutdown();
+        bail!("noida-db: port clash {PORT_ATTEMPTS} times in a row")
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+    /// `http://127.0.0.1:port`
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+    pub fn dir(&self) -> &Path {
+        self.inst.dir()
+    }
+    pub fn log_path(&self) -> PathBuf {
+        self.inst.dir().join("noida.log")
+    }
+
+    /// Stops the emulator and deletes its directory, reporting errors.
+    pub fn stop(self) -> Result<()> {
+        self.inst.shutdown()
+    }
+}
+
+impl Drop for NoidaElasticsearch {
+    fn drop(&mut self) {
+        let _ = self.inst.shutdown();
+    }
+}
