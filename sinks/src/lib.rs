@@ -37,6 +37,7 @@ pub mod driver;
 pub mod factory;
 pub mod metrics;
 pub mod view;
+pub mod view_read;
 
 use std::future::Future;
 use std::sync::Arc;
