@@ -214,10 +214,13 @@ async fn verify(args: &VerifyArgs) -> Result<bool, VerifyError> {
         Ok(true)
     } else {
         println!(
-            "{table}: differs from {what}: {} rows in the source, {} in the view; {} keys differ (checked in {secs:.1} s)",
+            "{table}: differs from {what}: {} rows in the source, {} in the view; {} (checked in {secs:.1} s)",
             counts.source_rows,
             counts.view_rows,
-            diffs.total()
+            match diffs.total() {
+                1 => "1 key differs".to_string(),
+                n => format!("{n} keys differ"),
+            }
         );
         Ok(false)
     }
