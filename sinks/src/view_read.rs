@@ -52,6 +52,13 @@ pub trait ViewReader: Send {
 
     /// The id under which the view holds the row of `key` (what [`ScanPage::rows`] names).
     fn id_of(&self, table: &TableId, key: &Map<String, Value>) -> String;
+
+    /// A source row as this view can hold it, for targets that store values in another
+    /// form than JSON (a Redis hash holds text): `verify` compares `normalize(source row)`
+    /// with the row read back. Identity by default.
+    fn normalize(&self, row: ViewRow) -> ViewRow {
+        row
+    }
 }
 
 /// The view of any target this build can read back.

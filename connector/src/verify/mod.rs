@@ -336,9 +336,10 @@ async fn sink_pass(
         }
         let keys: Vec<_> = chunk.iter().map(|e| e.key.clone()).collect();
         let rows = sv.get(&keys).await?;
-        for (e, v) in chunk.into_iter().zip(rows) {
+        for (mut e, v) in chunk.into_iter().zip(rows) {
             source_rows += 1;
             seen.insert(sv.id_hash(&e.key));
+            e.after = sv.normalize(e.after);
             match v {
                 Some(v) => {
                     present += 1;

@@ -50,7 +50,13 @@ pub async fn recheck(
         source.end().await?;
         let now: HashMap<u64, JsonRow> = rows
             .into_iter()
-            .map(|e| (hash_row(&e.key), e.after))
+            .map(|e| {
+                let after = match &*view {
+                    View::Sink(sv) => sv.normalize(e.after),
+                    View::Log(_) => e.after,
+                };
+                (hash_row(&e.key), after)
+            })
             .collect();
         let upto = wait_checkpoint(log, &mark, source.topic(), deadline);
         let mut caught = upto.is_some();

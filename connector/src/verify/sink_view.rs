@@ -59,6 +59,11 @@ impl SinkView {
         self.view.count(&self.table).await.map_err(sink_err)
     }
 
+    /// A source row in the form the view holds it.
+    pub fn normalize(&self, row: JsonRow) -> JsonRow {
+        self.view.normalize(row)
+    }
+
     /// The hash of the view's id of `key`'s row.
     pub fn id_hash(&self, key: &JsonRow) -> u64 {
         id_hash(&self.view.id_of(&self.table, key))
