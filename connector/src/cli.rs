@@ -1,4 +1,5 @@
-//! The command line: `cdc run`, `cdc check`, `cdc log …` (see `log_cmd.rs`), `cdc --version`.
+//! The command line: `cdc run`, `cdc check`, `cdc log …` (see `log_cmd.rs`), `cdc verify`
+//! (see `verify/`), `cdc --version`.
 //!
 //! Exit codes: 0 success; 1 a check failed or the connector stopped on a definite error;
 //! 2 the command line or the configuration is invalid.
@@ -70,6 +71,10 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::log_cmd::LogCommand,
     },
+    /// Compare a source table with a view of it — the table rebuilt from the log
+    /// (`--log`) or a sink's target (`--sink NAME`) — and print the keys that differ.
+    /// Exit 0 equal, 1 different, 2 usage or configuration error.
+    Verify(crate::verify::VerifyArgs),
     /// The embedded schema registry on its own: `cdc registry serve --data DIR --listen ADDR`.
     Registry {
         #[command(subcommand)]
@@ -157,5 +162,6 @@ async fn dispatch(command: Command) -> ExitCode {
         }
         Command::Log { target, command } => crate::log_cmd::run(target, command),
         Command::Registry { command } => crate::registry_cmd::run(command).await,
+        Command::Verify(args) => crate::verify::run(args).await,
     }
 }

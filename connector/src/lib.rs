@@ -12,3 +12,4 @@ pub mod logging;
 pub mod pipeline;
 pub mod registry_cmd;
 pub mod sink_run;
+pub mod verify;

@@ -41,6 +41,7 @@ pub mod redis;
 pub mod search;
 pub mod typesense;
 pub mod view;
+pub mod view_read;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -57,6 +57,7 @@ pub mod postgres;
 pub mod progress;
 pub mod secret;
 pub mod tls;
+pub mod verify;
 
 pub use budget::DiskBudget;
 pub use check::CheckReport;

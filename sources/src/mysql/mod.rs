@@ -20,6 +20,7 @@ pub mod snapshot;
 pub mod source;
 pub mod stream;
 pub mod table;
+pub mod verify;
 
 pub use config::{MySqlSettings, MySqlSourceConfig};
 pub use conn::{MySqlConnectError, MySqlEndpoint};

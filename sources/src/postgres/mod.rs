@@ -31,6 +31,7 @@ pub mod source;
 pub mod spill;
 pub mod stream;
 pub mod stream_task;
+pub mod verify;
 
 pub use config::{PgSettings, PgSourceConfig};
 pub use conn::{PgConnectError, PgEndpoint};

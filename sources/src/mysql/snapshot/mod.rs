@@ -90,6 +90,8 @@ use plan::*;
 use sequencer::*;
 use start::*;
 pub use start::{current_position, ALIGN_ATTEMPTS};
+// `cdc verify` reads a table's key ranges the way the snapshot does (`mysql/verify.rs`).
+pub(in crate::mysql) use plan::{compare, is_integer, literal, literal_kind, qualified, Literal};
 
 /// What a finished snapshot hands to the stream.
 pub struct SnapshotDone {
@@ -290,24 +292,9 @@ async fn read_chunk(
     };
     let mut events: Vec<ChangeEvent> = Vec::with_capacity(batch);
     let mut bytes = 0u64;
-    // Values the text protocol does not send as bytes (it sends only bytes and NULLs)
-    // are passed on as their SQL text.
     let mut other: Vec<Option<String>> = Vec::new();
     while let Some(row) = result.next().await.map_err(|e| my_err(&what, e))? {
-        let width = t.c.decoder.columns().len();
-        other.clear();
-        other.extend((0..width).map(|i| match row.as_ref(i) {
-            Some(MyValue::Bytes(_)) | Some(MyValue::NULL) | None => None,
-            Some(v) => Some(v.as_sql(true)),
-        }));
-        let values = t.c.decoder.row_from_text(
-            (0..width).map(|i| match (row.as_ref(i), &other[i]) {
-                (_, Some(s)) => Some(s.as_bytes()),
-                (Some(MyValue::Bytes(b)), None) => Some(b.as_slice()),
-                _ => None,
-            }),
-            opts,
-        );
+        let values = decode_text_row(&t.c, &row, opts, &mut other);
         let ev = ChangeEvent::read(t.c.schema.clone(), Row::new(values), pos.clone(), ts)
             .map_err(|e| bad(e.to_string()))?;
         bytes += ev.approx_size() as u64;
@@ -320,4 +307,30 @@ async fn read_chunk(
     }
     seq.emit(t.index, events, bytes).await?;
     Ok(n)
+}
+
+/// Decodes one text-protocol row of `c` (the snapshot's and `cdc verify`'s reading).
+/// `other` is scratch space, reused across rows.
+pub(in crate::mysql) fn decode_text_row(
+    c: &Captured,
+    row: &mysql_async::Row,
+    opts: &DecodeOptions,
+    other: &mut Vec<Option<String>>,
+) -> Vec<cdc_schemas::Value> {
+    let width = c.decoder.columns().len();
+    // Values the text protocol does not send as bytes (it sends only bytes and NULLs)
+    // are passed on as their SQL text.
+    other.clear();
+    other.extend((0..width).map(|i| match row.as_ref(i) {
+        Some(MyValue::Bytes(_)) | Some(MyValue::NULL) | None => None,
+        Some(v) => Some(v.as_sql(true)),
+    }));
+    c.decoder.row_from_text(
+        (0..width).map(|i| match (row.as_ref(i), &other[i]) {
+            (_, Some(s)) => Some(s.as_bytes()),
+            (Some(MyValue::Bytes(b)), None) => Some(b.as_slice()),
+            _ => None,
+        }),
+        opts,
+    )
 }

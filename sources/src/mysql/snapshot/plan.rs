@@ -4,11 +4,11 @@
 
 use super::*;
 
-pub(super) fn qualified(t: &MyTable) -> String {
+pub(in crate::mysql) fn qualified(t: &MyTable) -> String {
     format!("{}.{}", my_ident(&t.database), my_ident(&t.name))
 }
 
-pub(super) fn is_integer(c: &MyColumn) -> bool {
+pub(in crate::mysql) fn is_integer(c: &MyColumn) -> bool {
     matches!(
         c.data_type.to_ascii_lowercase().as_str(),
         "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint"
@@ -19,7 +19,7 @@ pub(super) fn is_integer(c: &MyColumn) -> bool {
 /// text form does not compare as the index orders (floating point, ENUM, SET, BIT, JSON,
 /// spatial), so the table is read whole.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Literal {
+pub(in crate::mysql) enum Literal {
     /// Integers and decimals: the text as it is.
     Number,
     /// Binary strings: `X'…'` (compared byte-wise, as their index is).
@@ -29,7 +29,7 @@ pub(super) enum Literal {
     Quoted,
 }
 
-pub(super) fn literal_kind(c: &MyColumn) -> Option<Literal> {
+pub(in crate::mysql) fn literal_kind(c: &MyColumn) -> Option<Literal> {
     let dt = c.data_type.to_ascii_lowercase();
     Some(match dt.as_str() {
         "tinyint" | "smallint" | "mediumint" | "int" | "integer" | "bigint" | "decimal"
@@ -148,7 +148,7 @@ pub(super) fn integer_ranges(k: &str, lo: i128, hi: i128, count: u64) -> Vec<Opt
 /// `(names) op (values)` in the lexicographic order of the key, spelt out so that the
 /// range optimizer sees column comparisons: `a > x OR (a = x AND b > y)` for `>`, and the
 /// same with `<` and a final `<=` for `<=`.
-pub(super) fn compare(names: &[String], values: &[String], op: &str) -> String {
+pub(in crate::mysql) fn compare(names: &[String], values: &[String], op: &str) -> String {
     let strict = if op == "<=" { "<" } else { op };
     let last = names.len() - 1;
     let mut s = format!("{} {op} {}", names[last], values[last]);
@@ -163,7 +163,7 @@ pub(super) fn compare(names: &[String], values: &[String], op: &str) -> String {
 }
 
 /// A text-protocol value as an SQL literal of `kind`.
-pub(super) fn literal(v: Option<&MyValue>, kind: Literal, no_backslash: bool) -> String {
+pub(in crate::mysql) fn literal(v: Option<&MyValue>, kind: Literal, no_backslash: bool) -> String {
     let bytes: &[u8] = match v {
         Some(MyValue::Bytes(b)) => b,
         Some(MyValue::NULL) | None => return "NULL".into(),

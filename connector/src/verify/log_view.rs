@@ -1,0 +1,284 @@
+//! The view of `cdc verify --log`: the table rebuilt from the embedded log — the latest
+//! change of each key of the table's topic (deletes remove, truncates clear) — read
+//! through a read-only open, so it works while `cdc run` holds the log.
+//!
+//! Memory: the rebuilt table is only hashes — key hash → (row hash, the record's log
+//! time), about 40 bytes a key with the map's overhead. The values of the few keys that
+//! differ are read again by [`LogView::rows_of`] (another pass over the topic, keeping
+//! only those keys).
+//!
+//! Truncates: a truncate record sits in one partition, while the table's keys are spread
+//! over all of them, whose records have no order between them but their log time. A
+//! truncate therefore clears every key whose latest record is older than it (to the
+//! millisecond); within one partition that is exactly log order.
+//!
+//! Also here: waiting for the log's durable checkpoint to reach a source position, and for
+//! a consumer group to reach the high watermarks (the busy-table re-check).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdc_log::{Log, StartAt};
+use cdc_schemas::registry::SchemaRegistry;
+use cdc_schemas::{Checkpoint, TableId};
+use cdc_sinks::change::{Decoded, Decoder, Op};
+use cdc_sinks::SinkRecord;
+use cdc_sources::verify::ReadMark;
+
+use super::compare::{hash_row, JsonRow};
+use super::VerifyError;
+
+fn log_err(what: &str, e: cdc_log::LogError) -> VerifyError {
+    VerifyError::Failed(format!("{what}: {e}"))
+}
+
+/// A change of the table read from the log.
+enum Seen {
+    Upsert { key: JsonRow, after: JsonRow },
+    Delete { key: JsonRow },
+    Truncate,
+}
+
+/// The table as the log has it, by hashes.
+pub struct LogView {
+    log: Log,
+    topic: String,
+    table: TableId,
+    decoder: Decoder,
+    /// Key hash → (row hash, log time of its latest record).
+    map: HashMap<u64, (u64, i64)>,
+    /// Records read by the last pass.
+    pub records_read: u64,
+}
+
+impl LogView {
+    /// Rebuilds `table` from `topic` (as durable now). A topic that does not exist is an
+    /// empty table.
+    pub async fn build(
+        log: &Log,
+        topic: &str,
+        table: &TableId,
+        registry: Option<Arc<dyn SchemaRegistry>>,
+    ) -> Result<LogView, VerifyError> {
+        let mut v = LogView {
+            log: log.clone(),
+            topic: topic.to_string(),
+            table: table.clone(),
+            decoder: Decoder::new(registry),
+            map: HashMap::new(),
+            records_read: 0,
+        };
+        let mut map = HashMap::new();
+        let mut truncated = i64::MIN;
+        v.scan(None, |seen, ts| match seen {
+            Seen::Upsert { key, after } => {
+                map.insert(hash_row(&key), (hash_row(&after), ts));
+            }
+            Seen::Delete { key } => {
+                map.remove(&hash_row(&key));
+            }
+            Seen::Truncate => {
+                map.retain(|_, (_, t)| *t > ts);
+                truncated = truncated.max(ts);
+            }
+        })
+        .await?;
+        map.retain(|_, (_, t)| *t >= truncated);
+        map.shrink_to_fit();
+        v.map = map;
+        Ok(v)
+    }
+
+    /// Rows of the rebuilt table.
+    pub fn rows(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Takes the key out of the rebuilt table (so that what remains at the end is what
+    /// the source lacks); returns its row hash.
+    pub fn take(&mut self, key: &JsonRow) -> Option<u64> {
+        self.map.remove(&hash_row(key)).map(|(h, _)| h)
+    }
+
+    /// The hashes of the keys not taken.
+    pub fn remaining(&self) -> HashSet<u64> {
+        self.map.keys().copied().collect()
+    }
+
+    /// Reads the log again (as durable now) for the keys with these hashes: each one's
+    /// key and latest row (`None`: deleted or truncated).
+    /// `upto`: the high watermarks to read to (the log as of one checkpoint); `None`: to
+    /// the durable end now.
+    pub async fn rows_of(
+        &mut self,
+        keys: &HashSet<u64>,
+        upto: Option<&[u64]>,
+    ) -> Result<HashMap<u64, (JsonRow, Option<JsonRow>)>, VerifyError> {
+        let mut found: HashMap<u64, (JsonRow, Option<JsonRow>, i64)> = HashMap::new();
+        let mut truncated = i64::MIN;
+        self.scan(upto, |seen, ts| match seen {
+            Seen::Upsert { key, after } => {
+                let h = hash_row(&key);
+                if keys.contains(&h) {
+                    found.insert(h, (key, Some(after), ts));
+                }
+            }
+            Seen::Delete { key } => {
+                let h = hash_row(&key);
+                if keys.contains(&h) {
+                    found.insert(h, (key, None, ts));
+                }
+            }
+            Seen::Truncate => {
+                for (_, row, t) in found.values_mut() {
+                    if *t <= ts {
+                        *row = None;
+                    }
+                }
+                truncated = truncated.max(ts);
+            }
+        })
+        .await?;
+        Ok(found
+            .into_iter()
+            .map(|(h, (k, row, t))| (h, (k, if t < truncated { None } else { row })))
+            .collect())
+    }
+
+    /// One pass over the topic up to `upto` (or its current high watermarks), partition
+    /// by partition, handing each change of the table to `f` with its log time.
+    async fn scan(
+        &mut self,
+        upto: Option<&[u64]>,
+        mut f: impl FnMut(Seen, i64),
+    ) -> Result<(), VerifyError> {
+        tokio::task::block_in_place(|| self.log.refresh())
+            .map_err(|e| log_err("reading the log", e))?;
+        self.records_read = 0;
+        let Ok(topic) = self.log.topic(&self.topic) else {
+            return Ok(());
+        };
+        let name: Arc<str> = self.topic.as_str().into();
+        for p in 0..topic.partitions() {
+            let now = topic.high_watermark(p).unwrap_or(0);
+            let hwm = upto
+                .and_then(|u| u.get(p as usize).copied())
+                .map_or(now, |u| u.min(now));
+            let mut reader = self
+                .log
+                .reader(&self.topic, p, StartAt::Earliest)
+                .map_err(|e| log_err("reading the log", e))?;
+            while reader.position() < hwm {
+                let records = tokio::task::block_in_place(|| reader.poll(1 << 20))
+                    .map_err(|e| log_err("reading the log", e))?;
+                if records.is_empty() {
+                    break;
+                }
+                for r in records {
+                    if r.offset >= hwm {
+                        break;
+                    }
+                    self.records_read += 1;
+                    let rec = SinkRecord {
+                        topic: name.clone(),
+                        partition: p,
+                        offset: r.offset,
+                        timestamp_ms: r.timestamp,
+                        key: r.key,
+                        value: r.value,
+                        headers: Vec::new(),
+                    };
+                    let c = match self.decoder.decode(&rec).await {
+                        Ok(Decoded::Change(c)) => c,
+                        Ok(Decoded::Skip) => continue,
+                        Err(e) => {
+                            return Err(VerifyError::Failed(format!(
+                                "{} partition {p} offset {}: {e}",
+                                self.topic, r.offset
+                            )))
+                        }
+                    };
+                    if *c.schema != *self.table.schema || *c.table != *self.table.name {
+                        continue;
+                    }
+                    let seen = match c.op {
+                        Op::Truncate => Seen::Truncate,
+                        Op::Delete => Seen::Delete { key: c.key },
+                        op if op.upserts() => Seen::Upsert {
+                            key: c.key,
+                            after: c.after.unwrap_or_default(),
+                        },
+                        _ => continue,
+                    };
+                    f(seen, r.timestamp);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The log's durable checkpoint now.
+pub fn checkpoint(log: &Log) -> Option<Checkpoint> {
+    let _ = log.refresh();
+    log.checkpoint()
+        .and_then(|b| Checkpoint::from_bytes(&b).ok())
+}
+
+/// Waits until the log's durable checkpoint reaches `mark` (or `deadline`). Returns the
+/// high watermarks of `topic` as of the first checkpoint seen at or past `mark` — the
+/// log as close to the source's read as its flushes allow — or `None` if it did not get
+/// there in time.
+pub fn wait_checkpoint(
+    log: &Log,
+    mark: &ReadMark,
+    topic: &str,
+    deadline: Instant,
+) -> Option<Vec<u64>> {
+    tokio::task::block_in_place(|| loop {
+        // The refresh reads one ledger state: its checkpoint and its partition ends are
+        // the same flush's.
+        if checkpoint(log).is_some_and(|c| mark.reached_by(&c)) {
+            return Some(current_high_watermarks(log, topic));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        let _ = log.wait_for_change((deadline - now).min(Duration::from_millis(500)));
+    })
+}
+
+/// The high watermarks of `topic`'s partitions as the log was last refreshed (empty: no
+/// such topic).
+pub fn current_high_watermarks(log: &Log, topic: &str) -> Vec<u64> {
+    match log.topic(topic) {
+        Ok(t) => (0..t.partitions())
+            .map(|p| t.high_watermark(p).unwrap_or(0))
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Waits until consumer group `group` committed `hwms` of `topic` (or `deadline`);
+/// returns whether it did.
+pub fn wait_group(log: &Log, group: &str, topic: &str, hwms: &[u64], deadline: Instant) -> bool {
+    tokio::task::block_in_place(|| loop {
+        let _ = log.refresh();
+        let done = hwms.iter().enumerate().all(|(p, &hw)| {
+            hw == 0
+                || log
+                    .committed(group, topic, p as u32)
+                    .is_some_and(|c| c >= hw)
+        });
+        if done {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        let _ = log.wait_for_change((deadline - now).min(Duration::from_millis(500)));
+    })
+}

@@ -1,0 +1,362 @@
+//! `cdc verify --config FILE --table T (--log | --sink NAME)`: whether a view equals the
+//! source table — the table rebuilt from the log, or a sink's target — and which keys
+//! differ, with both sides.
+//!
+//! How: one pass over the source table in key order, in chunks of `--chunk-rows` rows
+//! inside one consistent read ([`source`]), each row turned into its record's key and
+//! after-image (the connector's encoder settings; for a sink, its column selection and
+//! renames too), compared by hash with the view's row of that key ([`log_view`]: a map of
+//! hashes rebuilt from the log; [`sink_view`]: the target, asked per chunk). Then the
+//! view's rows the source lacks: what is left of the log's map, or, when the sink's count
+//! says there are more rows than matched, a scan of the target.
+//!
+//! A busy table must not give false alarms: a key can differ only because the view has
+//! not applied a change yet. So each differing key is re-checked ([`recheck`]): a new
+//! consistent read of the source's rows of those keys, at a position `P` (Postgres:
+//! `pg_current_wal_lsn()`), then a wait (at most `--wait-secs` in all) until the log's
+//! durable checkpoint reaches `P` and, for a sink, until its consumer group committed the
+//! high watermarks of that moment; then the view's rows of those keys again. Up to three
+//! rounds while keys still differ; what differs after that is reported.
+//!
+//! Memory: one chunk of rows, the log view's ~40 bytes per key (or 8 bytes per key of
+//! ids seen, for a sink), and at most `--max-report` differences kept in full.
+//!
+//! Exit codes: 0 equal, 1 different (or the verification failed), 2 usage or
+//! configuration errors (including a table that is not captured, has no key, or does not
+//! exist).
+
+pub mod compare;
+pub mod log_view;
+pub mod recheck;
+pub mod sink_view;
+pub mod source;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdc_schemas::registry::SchemaRegistry;
+use cdc_schemas::TableId;
+use cdc_sinks::view::ColumnMap;
+
+use crate::config::Config;
+use compare::{hash_row, Difference, Differences};
+use log_view::LogView;
+use sink_view::SinkView;
+use source::SourceSide;
+
+/// The command line of `cdc verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The configuration file (TOML): the connector's.
+    #[arg(long, short, env = "CDC_CONFIG")]
+    pub config: PathBuf,
+    /// The table, `schema.table` (MySQL: `database.table`).
+    #[arg(long)]
+    pub table: String,
+    /// Compare with the `[[sink]]` of this name's target.
+    #[arg(long, conflicts_with = "log")]
+    pub sink: Option<String>,
+    /// Compare with the table rebuilt from the embedded log.
+    #[arg(long)]
+    pub log: bool,
+    /// Rows read from the source per chunk.
+    #[arg(long, default_value_t = 10_000)]
+    pub chunk_rows: usize,
+    /// How long, in all, differing keys may wait for the view to catch up with the
+    /// source before they are reported (0: report at once, without re-checking).
+    #[arg(long, default_value_t = 30)]
+    pub wait_secs: u64,
+    /// Differences kept, re-checked and printed; more are only counted.
+    #[arg(long, default_value_t = 1000)]
+    pub max_report: usize,
+}
+
+/// Why a verification did not come to a verdict.
+#[derive(Debug)]
+pub enum VerifyError {
+    /// The command line or the configuration (exit 2).
+    Usage(String),
+    /// Reading a side failed (exit 1).
+    Failed(String),
+}
+
+impl VerifyError {
+    /// A source's error: a definite one (no such table, no key, refused login) is the
+    /// configuration's; a transient one is a failure.
+    pub fn from_source(e: cdc_schemas::failure::Failure) -> VerifyError {
+        if e.is_transient() {
+            VerifyError::Failed(e.to_string())
+        } else {
+            VerifyError::Usage(e.to_string())
+        }
+    }
+}
+
+/// Runs `cdc verify`.
+pub async fn run(args: VerifyArgs) -> ExitCode {
+    match verify(&args).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(VerifyError::Usage(m)) => {
+            eprintln!("error: {m}");
+            ExitCode::from(2)
+        }
+        Err(VerifyError::Failed(m)) => {
+            eprintln!("error: {m}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The view compared with.
+pub enum View {
+    Log(LogView),
+    Sink(SinkView),
+}
+
+/// What the first pass found.
+struct PassOne {
+    source_rows: u64,
+    view_rows: u64,
+}
+
+async fn verify(args: &VerifyArgs) -> Result<bool, VerifyError> {
+    let config = Config::load(&args.config).map_err(|e| VerifyError::Usage(e.to_string()))?;
+    if args.log == args.sink.is_some() {
+        return Err(VerifyError::Usage(
+            "say what to compare with: --log (the table rebuilt from the log) or --sink NAME"
+                .into(),
+        ));
+    }
+    if args.chunk_rows == 0 || args.max_report == 0 {
+        return Err(VerifyError::Usage(
+            "--chunk-rows and --max-report must be at least 1".into(),
+        ));
+    }
+    let table = parse_table(&config, &args.table)?;
+    let started = Instant::now();
+    let mut source = SourceSide::open(&config, &table).await?;
+    let log = cdc_log::Log::open_read_only(&config.log.dir).map_err(|e| {
+        VerifyError::Failed(format!(
+            "cannot open the log at {} to read: {e}",
+            config.log.dir.display()
+        ))
+    })?;
+    let mut view = match &args.sink {
+        None => None,
+        Some(name) => {
+            let Some(spec) = config.sinks.iter().find(|s| s.name() == name) else {
+                let names: Vec<&str> = config.sinks.iter().map(|s| s.name()).collect();
+                return Err(VerifyError::Usage(format!(
+                    "the configuration has no [[sink]] named {name:?} (it has: {})",
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                )));
+            };
+            if !spec.table_filter().includes(&table) || !spec.reads_topic(source.topic()) {
+                return Err(VerifyError::Usage(format!(
+                    "sink {name:?} does not apply {table} (its tables / topics leave it out)"
+                )));
+            }
+            let c = &spec.common;
+            let columns = ColumnMap::new(&c.include_columns, &c.exclude_columns, &c.rename_columns)
+                .map_err(|(k, m)| VerifyError::Usage(format!("{}.{k}: {m}", spec.path)))?;
+            source.set_columns(columns);
+            Some(View::Sink(
+                SinkView::open(spec, &table, source.key_columns()).await?,
+            ))
+        }
+    };
+    let mut diffs = Differences::new(args.max_report);
+    let mark = source.begin().await?;
+    tracing::info!(table = %table, position = %mark, chunk_rows = args.chunk_rows, "verify: first pass");
+    let counts = match view.as_mut() {
+        Some(View::Sink(s)) => sink_pass(&mut source, s, args.chunk_rows, &mut diffs).await?,
+        _ => {
+            let mut lv = LogView::build(&log, source.topic(), &table, registry(&config)).await?;
+            let counts = log_pass(&mut source, &mut lv, args.chunk_rows, &mut diffs).await?;
+            view = Some(View::Log(lv));
+            counts
+        }
+    };
+    source.end().await?;
+    let mut view = view.expect("set above");
+    tracing::info!(table = %table, source_rows = counts.source_rows, view_rows = counts.view_rows, differences = diffs.total(), "verify: first pass done");
+    if !diffs.kept.is_empty() {
+        let deadline = Instant::now() + Duration::from_secs(args.wait_secs);
+        recheck::recheck(&mut source, &mut view, &log, &mut diffs, deadline).await?;
+    }
+    let what = match &args.sink {
+        Some(n) => format!("sink {n}"),
+        None => format!("the log (topic {})", source.topic()),
+    };
+    for d in &diffs.kept {
+        print!("{}", d.render());
+    }
+    if diffs.more > 0 {
+        println!(
+            "... and {} more differences, not listed and not re-checked (raise --max-report)",
+            diffs.more
+        );
+    }
+    let secs = started.elapsed().as_secs_f64();
+    if diffs.is_empty() {
+        println!(
+            "{table}: equal to {what}: {} rows, in {secs:.1} s",
+            counts.source_rows
+        );
+        Ok(true)
+    } else {
+        println!(
+            "{table}: differs from {what}: {} rows in the source, {} in the view; {} (checked in {secs:.1} s)",
+            counts.source_rows,
+            counts.view_rows,
+            match diffs.total() {
+                1 => "1 key differs".to_string(),
+                n => format!("{n} keys differ"),
+            }
+        );
+        Ok(false)
+    }
+}
+
+/// `schema.table`; a name without a dot is in `public` (Postgres) — MySQL needs the
+/// database. It must be a table the connector captures.
+fn parse_table(config: &Config, name: &str) -> Result<TableId, VerifyError> {
+    let table = match name.split_once('.') {
+        Some((s, t)) if !s.is_empty() && !t.is_empty() => TableId::new(s, t),
+        None if config.source.kind() == cdc_sources::SourceKind::Postgres => {
+            TableId::new("public", name)
+        }
+        _ => {
+            return Err(VerifyError::Usage(format!(
+                "--table {name:?}: write schema.table (MySQL: database.table)"
+            )))
+        }
+    };
+    if !config.source.common.filter().includes(&table) {
+        return Err(VerifyError::Usage(format!(
+            "{table} is not captured by this configuration (source.tables / exclude_tables)"
+        )));
+    }
+    Ok(table)
+}
+
+/// The registry Avro records' schemas are read from: the configured remote one, or the
+/// embedded one through the admin address of the `cdc run` that writes the log (as `cdc
+/// sink` does).
+fn registry(config: &Config) -> Option<Arc<dyn SchemaRegistry>> {
+    let options = config.registry.remote_options().unwrap_or_else(|| {
+        cdc_registry::remote::RemoteOptions::new(format!("http://{}", config.admin.listen))
+    });
+    cdc_registry::remote::RemoteRegistry::new(options)
+        .ok()
+        .map(|r| Arc::new(r) as Arc<dyn SchemaRegistry>)
+}
+
+/// The first pass against the log: each source row's key taken out of the rebuilt table
+/// and its row hash compared; what is left is what the source lacks.
+async fn log_pass(
+    source: &mut SourceSide,
+    lv: &mut LogView,
+    chunk_rows: usize,
+    diffs: &mut Differences,
+) -> Result<PassOne, VerifyError> {
+    let view_rows = lv.rows();
+    let mut source_rows = 0u64;
+    // Keys whose view row is to be read back for the report.
+    let mut unread: HashSet<u64> = HashSet::new();
+    loop {
+        let chunk = source.next_chunk(chunk_rows).await?;
+        if chunk.is_empty() {
+            break;
+        }
+        for e in chunk {
+            source_rows += 1;
+            match lv.take(&e.key) {
+                Some(h) if h == hash_row(&e.after) => {}
+                Some(_) => {
+                    if diffs.kept.len() < diffs.cap() {
+                        unread.insert(hash_row(&e.key));
+                    }
+                    diffs.push(Difference::new(e.key, Some(e.after), None));
+                }
+                None => diffs.push(Difference::new(e.key, Some(e.after), None)),
+            }
+        }
+    }
+    // The view's rows of the keys that differ, and the rows the source lacks.
+    let extra = lv.remaining();
+    let room = diffs.cap().saturating_sub(diffs.kept.len());
+    let listed: HashSet<u64> = extra.iter().copied().take(room).collect();
+    diffs.more += (extra.len() - listed.len()) as u64;
+    let mut wanted = unread.clone();
+    wanted.extend(listed.iter().copied());
+    if !wanted.is_empty() {
+        let rows = lv.rows_of(&wanted, None).await?;
+        for d in diffs.kept.iter_mut() {
+            let h = d.key.as_ref().map(hash_row).unwrap_or_default();
+            if unread.contains(&h) {
+                d.view = rows.get(&h).and_then(|(_, r)| r.clone());
+            }
+        }
+        for h in &listed {
+            if let Some((key, row)) = rows.get(h) {
+                diffs.push(Difference::new(key.clone(), None, row.clone()));
+            }
+        }
+    }
+    Ok(PassOne {
+        source_rows,
+        view_rows,
+    })
+}
+
+/// The first pass against a sink: each chunk's keys asked of the target; then, when the
+/// target holds more rows than matched, a scan for the ones the source lacks.
+async fn sink_pass(
+    source: &mut SourceSide,
+    sv: &mut SinkView,
+    chunk_rows: usize,
+    diffs: &mut Differences,
+) -> Result<PassOne, VerifyError> {
+    let mut source_rows = 0u64;
+    let mut present = 0u64;
+    let mut seen: HashSet<u64> = HashSet::new();
+    loop {
+        let chunk = source.next_chunk(chunk_rows).await?;
+        if chunk.is_empty() {
+            break;
+        }
+        let keys: Vec<_> = chunk.iter().map(|e| e.key.clone()).collect();
+        let rows = sv.get(&keys).await?;
+        for (mut e, v) in chunk.into_iter().zip(rows) {
+            source_rows += 1;
+            seen.insert(sv.id_hash(&e.key));
+            e.after = sv.normalize(e.after);
+            match v {
+                Some(v) => {
+                    present += 1;
+                    if hash_row(&v) != hash_row(&e.after) {
+                        diffs.push(Difference::new(e.key, Some(e.after), Some(v)));
+                    }
+                }
+                None => diffs.push(Difference::new(e.key, Some(e.after), None)),
+            }
+        }
+    }
+    let view_rows = sv.count().await?;
+    if view_rows > present {
+        sv.extras(&seen, diffs).await?;
+    }
+    Ok(PassOne {
+        source_rows,
+        view_rows,
+    })
+}
