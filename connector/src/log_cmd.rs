@@ -297,7 +297,10 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
         LogCommand::DeleteGroup { group } => {
             let ro = Log::open_read_only(&dir)?;
             let external = ro.external_group(&group).ok().flatten().is_some();
-            let in_writer = ro.groups().iter().any(|g| g.group == group && g.protect.is_none());
+            let in_writer = ro
+                .groups()
+                .iter()
+                .any(|g| g.group == group && g.protect.is_none());
             let deleted = if in_writer {
                 drop(ro);
                 open_writer(&dir, log_config.as_ref())?.delete_group(&group)?
@@ -307,7 +310,10 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
                 false
             };
             if !deleted {
-                return Err(Failure(1, format!("consumer group {group:?} does not exist")));
+                return Err(Failure(
+                    1,
+                    format!("consumer group {group:?} does not exist"),
+                ));
             }
             println!("deleted group {group}");
             Ok(())

@@ -27,19 +27,21 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdc_schemas::filter::glob;
 use cdc_log::{GroupLock, Log, LogError, Reader, ResetPolicy, StartAt};
+use cdc_schemas::filter::glob;
 use cdc_sinks::{LogConsumer, SinkError, SinkRecord, TopicPartition};
 
 /// How often the topic list is checked for new topics the selector chooses.
 const TOPIC_CHECK: Duration = Duration::from_secs(1);
+
+type TopicPredicate = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Which topics a consumer reads: names or patterns (`*` any run of characters, `?` one
 /// character), or a predicate.
 #[derive(Clone)]
 pub struct TopicSelector {
     patterns: Vec<String>,
-    predicate: Option<Arc<dyn Fn(&str) -> bool + Send + Sync>>,
+    predicate: Option<TopicPredicate>,
 }
 
 impl std::fmt::Debug for TopicSelector {
@@ -164,8 +166,7 @@ impl EmbeddedConsumer {
         let stored = self.log.external_group(&self.group)?.unwrap_or_default();
         let mut new = Vec::new();
         for name in self.log.topics() {
-            if !self.selector.matches(&name) || self.readers.iter().any(|(t, _)| **t == *name)
-            {
+            if !self.selector.matches(&name) || self.readers.iter().any(|(t, _)| **t == *name) {
                 continue;
             }
             let topic = self.log.topic(&name)?;
@@ -559,8 +560,15 @@ mod tests {
             )
             .unwrap();
         for i in 0..n {
-            t.append(0, &[NewRecord::new(Some(&i.to_be_bytes()), Some(&[1u8; 100]), ts)])
-                .unwrap();
+            t.append(
+                0,
+                &[NewRecord::new(
+                    Some(&i.to_be_bytes()),
+                    Some(&[1u8; 100]),
+                    ts,
+                )],
+            )
+            .unwrap();
         }
         log.flush(None).unwrap();
     }
@@ -615,7 +623,11 @@ mod tests {
         assert_eq!(got.len(), 4);
         assert!(got.iter().all(|r| &*r.topic == "app.b"));
         assert_eq!(c.topics().len(), 2);
-        assert_eq!(w.committed("sink", "app.b", 0), Some(0), "registered on pickup");
+        assert_eq!(
+            w.committed("sink", "app.b", 0),
+            Some(0),
+            "registered on pickup"
+        );
         assert_eq!(c.lag(), 4);
     }
 

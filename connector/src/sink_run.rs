@@ -208,8 +208,8 @@ fn new_consumer(log: &Log, spec: &SinkSpec) -> Result<EmbeddedConsumer, SinkErro
     // A predicate, not today's list: topics created later (a table added) are read too.
     let chooser = spec.clone();
     let topics = TopicSelector::predicate(move |t| chooser.reads_topic(t));
-    EmbeddedConsumer::new(log, &spec.group(), topics, reset, spec.protects_unread()).map_err(
-        |e| match e {
+    EmbeddedConsumer::new(log, &spec.group(), topics, reset, spec.protects_unread()).map_err(|e| {
+        match e {
             LogError::GroupLocked { .. } => SinkError::definite(
                 format!("opening sink {}'s consumer group", spec.name()),
                 e.to_string(),
@@ -221,8 +221,8 @@ fn new_consumer(log: &Log, spec: &SinkSpec) -> Result<EmbeddedConsumer, SinkErro
                 e.to_string(),
             )
             .caused_by(e),
-        },
-    )
+        }
+    })
 }
 
 /// Starts every `[[sink]]` of `config` as a named task of `cdc run`; each stops at

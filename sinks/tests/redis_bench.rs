@@ -23,7 +23,8 @@ use serde_json::json;
 fn changes(n: u64, transactional: bool) -> Vec<Change> {
     let mut out = Vec::with_capacity(n as usize * 6 / 5);
     for i in 0..n {
-        let after = json!({"id": i, "name": format!("customer {i}"), "total": i * 3, "active": true});
+        let after =
+            json!({"id": i, "name": format!("customer {i}"), "total": i * 3, "active": true});
         out.push(Change {
             topic: "app.public.t".into(),
             partition: 0,
@@ -109,7 +110,9 @@ fn redis_sink_vs_redis_cli_pipe() {
             r.url()
         );
         let spec = SinkSpec::from_table(&toml::from_str(&text).unwrap(), "app", 0).unwrap();
-        let mut s = RedisSink::connect(&spec, &Metrics::default()).await.unwrap();
+        let mut s = RedisSink::connect(&spec, &Metrics::default())
+            .await
+            .unwrap();
         let started = Instant::now();
         // As the driver hands them over: about 1 MiB of records at a time.
         let mut at = 0;
@@ -136,7 +139,11 @@ fn redis_sink_vs_redis_cli_pipe() {
         "{n} changes: redis-cli --pipe {:.2}s ({:.0}/s); sink{} {:.2}s ({:.0}/s); ratio {:.2}",
         pipe.as_secs_f64(),
         rate(pipe),
-        if transactional { " (transactional)" } else { "" },
+        if transactional {
+            " (transactional)"
+        } else {
+            ""
+        },
         took.as_secs_f64(),
         rate(took),
         rate(took) / rate(pipe)

@@ -148,18 +148,16 @@ impl ChunkPlan {
             };
             let what = match (c.op, &c.after) {
                 (Op::Truncate, _) => What::Truncate,
-                (op, Some(after)) if op.upserts() && cfg.mode == Mode::Upsert => {
-                    match cfg.value {
-                        ValueKind::Json => What::Json(serde_json::to_vec(after).unwrap_or_default()),
-                        ValueKind::Hash => What::Hash(
-                            after
-                                .iter()
-                                .filter(|(_, v)| !v.is_null())
-                                .map(|(k, v)| (k.clone(), field_text(v)))
-                                .collect(),
-                        ),
-                    }
-                }
+                (op, Some(after)) if op.upserts() && cfg.mode == Mode::Upsert => match cfg.value {
+                    ValueKind::Json => What::Json(serde_json::to_vec(after).unwrap_or_default()),
+                    ValueKind::Hash => What::Hash(
+                        after
+                            .iter()
+                            .filter(|(_, v)| !v.is_null())
+                            .map(|(k, v)| (k.clone(), field_text(v)))
+                            .collect(),
+                    ),
+                },
                 // A delete, or any change of an invalidating sink.
                 _ => What::Delete,
             };
@@ -442,15 +440,14 @@ impl ChunkPlan {
         // Deletes first: a hash row is deleted before its new fields are set. (The MULTI
         // block is atomic, so the order inside it is not visible otherwise.)
         if !dels.is_empty() {
-            let mut at = 1;
-            for chunk in dels.chunks(CHUNK) {
+            for (i, chunk) in dels.chunks(CHUNK).enumerate() {
                 let mut c = Cmd::new("DEL");
                 for &n in chunk {
                     c.arg(self.key_of(&self.items[n]).as_bytes());
                 }
-                out.insert(at, c);
-                roles.insert(at - 1, Role::Bulk);
-                at += 1;
+                // After MULTI (index 0), in chunk order.
+                out.insert(i + 1, c);
+                roles.insert(i, Role::Bulk);
             }
         }
         for chunk in mset.chunks(CHUNK) {
@@ -502,7 +499,11 @@ impl ChunkPlan {
     /// The truncates of the chunk: versions hash and version, for the sweeps.
     pub fn truncates(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = Vec::new();
-        for it in self.items.iter().filter(|it| matches!(it.what, What::Truncate)) {
+        for it in self
+            .items
+            .iter()
+            .filter(|it| matches!(it.what, What::Truncate))
+        {
             let name = &self.tables[it.table];
             match out.iter_mut().find(|(t, _)| t == name) {
                 Some((_, v)) => *v = (*v).max(it.version),

@@ -107,8 +107,7 @@ impl RedisSink {
                     if !more.is_empty() {
                         let r = conn.pipeline(&more).await.map_err(io)?;
                         check_replies(&r, WHAT)?;
-                        plan.take_fresh_types(&r)
-                            .map_err(|e| unexpected(WHAT, e))?;
+                        plan.take_fresh_types(&r).map_err(|e| unexpected(WHAT, e))?;
                     }
                 }
                 let r = conn.pipeline(&plan.writes()).await.map_err(io)?;

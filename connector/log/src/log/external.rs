@@ -27,6 +27,9 @@ enum Held {
     ByThisProcess,
 }
 
+/// One external group as read: its name, its protect flag, its offsets per partition.
+pub(crate) type ExternalSnapshot = (String, bool, BTreeMap<(String, u32), u64>);
+
 impl Log {
     /// Takes the lock of consumer group `group` (`groups.d/<group>.lock`), held until the
     /// returned value is dropped: while it is held, no other consumer (in any process) can
@@ -165,7 +168,7 @@ impl Log {
     }
 
     /// Every external group: (name, protect, offsets), from the last reload.
-    pub(crate) fn external_snapshot(&self) -> Vec<(String, bool, BTreeMap<(String, u32), u64>)> {
+    pub(crate) fn external_snapshot(&self) -> Vec<ExternalSnapshot> {
         lock(&self.inner.external)
             .groups()
             .map(|g| (g.name.clone(), g.protect, g.offsets.clone()))
