@@ -82,6 +82,9 @@ fn documented() -> BTreeMap<String, BTreeSet<String>> {
         ("## Configuration", "configuration"),
         ("## The Postgres source", "Postgres source"),
         ("## Sinks:", "sinks"),
+        ("### Redis and Valkey", "Redis sink"),
+        ("### Typesense", "Typesense sink"),
+        ("### Elasticsearch and OpenSearch", "Elasticsearch sink"),
     ] {
         keys_of(
             &parse(&uncommented(toml_block_after(heading)), what),
@@ -185,4 +188,42 @@ fn the_reference_blocks_load() {
         std::iter::empty(),
     )
     .unwrap_or_else(|e| panic!("the README's MySQL configuration does not load: {e}"));
+}
+
+/// The sink blocks load too: the common keys with the Redis block's target keys as one
+/// sink, and the Typesense and Elasticsearch blocks as two more, beside the Postgres
+/// configuration.
+#[test]
+fn the_sink_blocks_load() {
+    let mut config = parse(toml_block_after("## Configuration"), "configuration");
+    for k in cdc_sources::config::fields_of::<cdc_sources::mysql::config::MySqlSettings>() {
+        source(&mut config).remove(*k);
+    }
+    let only_sink = |heading: &str| -> toml::Table {
+        let t = parse(&uncommented(toml_block_after(heading)), heading);
+        let sinks = t["sink"].as_array().expect("[[sink]]");
+        assert_eq!(sinks.len(), 1, "{heading}: one [[sink]]");
+        sinks[0].as_table().unwrap().clone()
+    };
+    let mut redis = only_sink("## Sinks:");
+    redis.extend(only_sink("### Redis and Valkey"));
+    // Commented-out alternatives: keep one of each.
+    redis.remove("password_file");
+    let mut typesense = only_sink("### Typesense");
+    typesense.remove("api_key_file");
+    typesense.remove("schema_file");
+    let mut es = only_sink("### Elasticsearch and OpenSearch");
+    es.remove("password_file");
+    es.remove("mapping_file");
+    config.insert(
+        "sink".into(),
+        toml::Value::Array(vec![redis.into(), typesense.into(), es.into()]),
+    );
+    let c = Config::from_parts(
+        Path::new("README.md"),
+        &config.to_string(),
+        std::iter::empty(),
+    )
+    .unwrap_or_else(|e| panic!("the README's sink blocks do not load: {e}"));
+    assert_eq!(c.sinks.len(), 3);
 }
