@@ -62,48 +62,65 @@ pub trait ViewReader: Send {
 }
 
 /// The view of any target this build can read back.
-pub enum AnyView {}
+pub enum AnyView {
+    Redis(crate::redis::view_read::RedisView),
+}
 
 impl ViewReader for AnyView {
     async fn get(
         &mut self,
-        _table: &TableId,
-        _keys: &[Map<String, Value>],
+        table: &TableId,
+        keys: &[Map<String, Value>],
     ) -> Result<Vec<Option<ViewRow>>, SinkError> {
-        match *self {}
+        match self {
+            AnyView::Redis(v) => v.get(table, keys).await,
+        }
     }
 
-    async fn count(&mut self, _table: &TableId) -> Result<u64, SinkError> {
-        match *self {}
+    async fn count(&mut self, table: &TableId) -> Result<u64, SinkError> {
+        match self {
+            AnyView::Redis(v) => v.count(table).await,
+        }
     }
 
     async fn scan(
         &mut self,
-        _table: &TableId,
-        _cursor: Option<String>,
-        _max: usize,
+        table: &TableId,
+        cursor: Option<String>,
+        max: usize,
     ) -> Result<ScanPage, SinkError> {
-        match *self {}
+        match self {
+            AnyView::Redis(v) => v.scan(table, cursor, max).await,
+        }
     }
 
-    fn id_of(&self, _table: &TableId, _key: &Map<String, Value>) -> String {
-        match *self {}
+    fn id_of(&self, table: &TableId, key: &Map<String, Value>) -> String {
+        match self {
+            AnyView::Redis(v) => v.id_of(table, key),
+        }
+    }
+
+    fn normalize(&self, row: ViewRow) -> ViewRow {
+        match self {
+            AnyView::Redis(v) => v.normalize(row),
+        }
     }
 }
 
 /// Connects to the target of `spec` to read its view.
 pub async fn open(spec: &SinkSpec) -> Result<AnyView, SinkError> {
     match spec.common.kind {
-        SinkKind::Redis | SinkKind::Typesense | SinkKind::Elasticsearch => {
-            Err(SinkError::definite(
-                "opening a sink's view",
-                format!(
-                    "this build has no {} sink, so there is no view of it to read",
-                    spec.common.kind.as_str()
-                ),
-                "verify against the log (--log), or use a build with that sink",
-            ))
-        }
+        SinkKind::Redis => Ok(AnyView::Redis(
+            crate::redis::view_read::RedisView::open(spec).await?,
+        )),
+        SinkKind::Typesense | SinkKind::Elasticsearch => Err(SinkError::definite(
+            "opening a sink's view",
+            format!(
+                "cdc verify cannot read a {} sink's view back yet",
+                spec.common.kind.as_str()
+            ),
+            "verify against the log (--log), which the sink applies",
+        )),
     }
 }
 

@@ -54,11 +54,23 @@ fn hash_map_into(m: &JsonRow, h: &mut impl Hasher) {
 }
 
 /// The canonical hash of a row or key. (SipHash with fixed keys: the same in every run,
-/// so no two hashes of one process disagree.)
+/// so no two hashes of one process disagree.) A column holding NULL hashes as if it were
+/// absent: a view's row last written before `ALTER TABLE … ADD COLUMN` lacks the column
+/// (the change that wrote it had none), and reads as NULL there.
 pub fn hash_row(m: &JsonRow) -> u64 {
     #[allow(deprecated)]
     let mut h = std::hash::SipHasher::new();
-    hash_map_into(m, &mut h);
+    m.values().filter(|v| !v.is_null()).count().hash(&mut h);
+    let mut keys: Vec<&String> = m
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| k)
+        .collect();
+    keys.sort_unstable();
+    for k in keys {
+        k.hash(&mut h);
+        hash_value(&m[k], &mut h);
+    }
     h.finish()
 }
 
@@ -189,6 +201,15 @@ mod tests {
             assert_ne!(hash_row(&a), hash_row(&row(other.clone())), "{other}");
         }
         assert_ne!(hash_opt(None), hash_row(&row(json!({}))));
+        // A NULL column is the same as no column (a row written before ADD COLUMN).
+        assert_eq!(
+            hash_row(&row(json!({"id": 1, "note": null}))),
+            hash_row(&row(json!({"id": 1})))
+        );
+        assert_ne!(
+            hash_row(&row(json!({"id": 1, "note": null}))),
+            hash_row(&row(json!({"id": 1, "note": "x"})))
+        );
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub fn versions_key(prefix: &str, c: &Change) -> String {
 }
 
 /// A column's value in a hash field: strings as they are, anything else as JSON.
-fn field_text(v: &Value) -> Vec<u8> {
+pub(crate) fn field_text(v: &Value) -> Vec<u8> {
     match v {
         Value::String(s) => s.as_bytes().to_vec(),
         other => serde_json::to_vec(other).unwrap_or_default(),

@@ -24,6 +24,7 @@ pub mod config;
 pub mod conn;
 mod deliver;
 pub mod tx;
+pub mod view_read;
 
 use std::time::Duration;
 

@@ -1,0 +1,162 @@
+//! `cdc verify --sink` through the shipped CLI against a real Redis kept by `cdc run`'s
+//! `[[sink]]`s (a JSON view and a hash view): equal after the snapshot and a workload
+//! (exit 0, also right after a change: the re-check waits for the sink to catch up);
+//! rows changed, deleted and added in Redis behind the sink's back are found, printed
+//! with both sides (exit 1); a column added to the table does not make the rows written
+//! before it differ; an invalidating sink has no view to verify (exit 2).
+
+mod pg_source_util;
+
+use std::process::Command;
+use std::time::Duration;
+
+use cdc_harness::{PgServer, RedisServer};
+use pg_source_util::*;
+
+fn verify(c: &Connector, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+        .arg("verify")
+        .arg("--config")
+        .arg(&c.config)
+        .args(args)
+        .env("CDC_LOG_LEVEL", "warn")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `redis-cli -p <port> -n <db> <args>`, its output.
+fn redis_cli(redis: &RedisServer, db: u32, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .arg("-p")
+        .arg(redis.port().to_string())
+        .arg("-n")
+        .arg(db.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli (installed with redis-server)");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const SETUP: &str = "SET ROLE cdc;
+     CREATE TABLE item (id int PRIMARY KEY, name text NOT NULL, price numeric(10,2), tags text[]);
+     INSERT INTO item SELECT g, 'item ' || g, g * 1.25, ARRAY['a', g::text] FROM generate_series(1, 40) g;";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_sink_compares_redis_views_with_the_table() {
+    let pg = PgServer::shared();
+    let redis = RedisServer::start().unwrap();
+    let db = database_with(pg, SETUP).await;
+    let sinks = format!(
+        "[format]\ndecimal_handling_mode = \"string\"\n\n\
+         [[sink]]\nname = \"cache\"\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{p}/0\"\n\n\
+         [[sink]]\nname = \"hashes\"\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{p}/1\"\nvalue = \"hash\"\nkey = \"h:{{table}}:{{key}}\"\nexclude_columns = [\"public.item:tags\"]\n\n\
+         [[sink]]\nname = \"aside\"\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{p}/2\"\nmode = \"invalidate\"\n",
+        p = redis.port()
+    );
+    let (_dir, mut c) = temp_connector(pg, &db, &["public.item"], &sinks);
+    c.start();
+    c.wait_records("t.public.item", 40, Duration::from_secs(60))
+        .await;
+    pg.execute(
+        &db,
+        "UPDATE item SET price = price + 1 WHERE id % 3 = 0;
+         DELETE FROM item WHERE id = 5;
+         INSERT INTO item VALUES (100, 'hundred', 1, '{}');
+         ALTER TABLE item ADD COLUMN note text;
+         INSERT INTO item VALUES (101, 'with note', 2, NULL, 'n');",
+    )
+    .await
+    .unwrap();
+    // Right after the changes: the re-check waits for the sinks to apply them.
+    for sink in ["cache", "hashes"] {
+        let (code, out, err) = verify(
+            &c,
+            &[
+                "--table",
+                "public.item",
+                "--sink",
+                sink,
+                "--chunk-rows",
+                "7",
+            ],
+        );
+        assert_eq!(code, Some(0), "{sink}\n{out}\n{err}\n{}", c.output());
+        assert!(out.contains("equal"), "{out}");
+    }
+
+    // Behind the sinks' back: one row changed, one deleted, one added (with a version
+    // entry, as a sink would have written it).
+    redis_cli(
+        &redis,
+        0,
+        &[
+            "SET",
+            "t:item:3",
+            r#"{"id":3,"name":"tampered","price":"4.75","tags":["a","3"]}"#,
+        ],
+    );
+    redis_cli(&redis, 0, &["DEL", "t:item:4"]);
+    redis_cli(
+        &redis,
+        0,
+        &["SET", "t:item:999", r#"{"id":999,"name":"ghost"}"#],
+    );
+    redis_cli(
+        &redis,
+        0,
+        &["HSET", "t:__cdc:v:public.item", "t:item:999", "1"],
+    );
+    let (code, out, err) = verify(
+        &c,
+        &[
+            "--table",
+            "public.item",
+            "--sink",
+            "cache",
+            "--wait-secs",
+            "2",
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("differs: key {\"id\":3}") && out.contains("\"name\":\"tampered\""),
+        "{out}"
+    );
+    assert!(out.contains("missing in the view: key {\"id\":4}"), "{out}");
+    assert!(out.contains("\"name\":\"ghost\""), "{out}");
+    assert!(out.contains("3 keys differ"), "{out}");
+
+    // The hash view: a field changed.
+    redis_cli(&redis, 1, &["HSET", "h:item:10", "name", "other"]);
+    let (code, out, err) = verify(
+        &c,
+        &[
+            "--table",
+            "public.item",
+            "--sink",
+            "hashes",
+            "--wait-secs",
+            "2",
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(out.contains("differs: key {\"id\":10}"), "{out}");
+    assert!(
+        out.contains("1 keys differ") || out.contains("1 key differs"),
+        "{out}"
+    );
+
+    // A cache-aside sink keeps no rows: nothing to verify, and it says so.
+    let (code, _out, err) = verify(&c, &["--table", "public.item", "--sink", "aside"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("invalidate"), "{err}");
+
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+}
