@@ -7,6 +7,11 @@
 //! hundred milliseconds, and prints the change records as they arrive in the log:
 //! first the snapshot (`op r`), then the live changes (`c`, `u`).
 //!
+//! Beside the log, a `[[sink]]` named `cache` keeps a private Redis (also the harness's
+//! own) equal to the tables, one JSON key per row (`shop:orders:<id>`); at the end the
+//! sandbox shows a few of those keys and runs `cdc verify --sink cache` on the orders
+//! table, which compares the whole table with Redis while the workload has just stopped.
+//!
 //! `cdc-sandbox` runs for 20 seconds (`--seconds N` to change) and stops the server;
 //! `cdc-sandbox --keep` keeps everything running until Ctrl-C and prints how to reach it.
 //! `--mariadb` does the same with a private MariaDB (row binlog) and a `type = "mysql"`
@@ -16,7 +21,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use cdc_connector::config::Config;
-use cdc_harness::{MariaDbServer, PgServer};
+use cdc_harness::{MariaDbServer, PgServer, RedisServer};
 
 const SCHEMA: &str = "
 CREATE TABLE public.customers (
@@ -175,10 +180,13 @@ async fn serve(
     seconds: u64,
 ) -> anyhow::Result<bool> {
     let log_dir = shop.dir.join("cdc-log");
+    eprintln!("starting a private Redis on a free loopback port, for the cache sink...");
+    let redis = RedisServer::start().context("starting the sandbox Redis")?;
     let config_text = format!(
-        "name = \"shop\"\n\n[source]\n{}\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[format]\ndecimal_handling_mode = \"string\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        "name = \"shop\"\n\n[source]\n{}\n\n[log]\ndir = \"{}\"\npartitions = 3\n\n[format]\ndecimal_handling_mode = \"string\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\n[[sink]]\nname = \"cache\"\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{}/0\"\n",
         shop.source,
-        log_dir.display()
+        log_dir.display(),
+        redis.port()
     );
     let config_path = shop.dir.join("cdc.toml");
     std::fs::write(&config_path, &config_text)?;
@@ -213,8 +221,11 @@ async fn serve(
     });
     if keep {
         eprintln!(
-            "The sandbox keeps running until Ctrl-C. Try, in another terminal:\n  cargo run -p cdc-connector --bin cdc -- log --dir {} topics\n  {}\n",
+            "The sandbox keeps running until Ctrl-C. Try, in another terminal:\n  cargo run -p cdc-connector --bin cdc -- log --data-dir {} topics\n  cargo run -p cdc-connector --bin cdc -- verify --config {} --table {}.orders --sink cache\n  redis-cli -p {} get shop:orders:1\n  {}\n",
             log_dir.display(),
+            config_path.display(),
+            shop.namespace,
+            redis.port(),
             shop.client
         );
         tokio::signal::ctrl_c().await?;
@@ -227,13 +238,56 @@ async fn serve(
     workload.abort();
     stop_printer.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = printer.join();
+    show_cache(&redis);
+    eprintln!(
+        "\ncomparing {}.orders with the Redis view (as `cdc verify --config {} --table {}.orders --sink cache`):",
+        shop.namespace,
+        config_path.display(),
+        shop.namespace
+    );
+    let verified = cdc_connector::verify::run(cdc_connector::verify::VerifyArgs {
+        config: config_path.clone(),
+        table: format!("{}.orders", shop.namespace),
+        sink: Some("cache".into()),
+        log: false,
+        chunk_rows: 10_000,
+        wait_secs: 30,
+        max_report: 20,
+    })
+    .await;
     // The connector stops on the same Ctrl-C; when the time is up, stop it like SIGTERM.
     unsafe {
         libc::kill(std::process::id() as i32, libc::SIGTERM);
     }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(15), connector).await;
     eprintln!("stopping the sandbox (its data directory is removed)");
-    Ok(report.ok())
+    drop(redis);
+    Ok(report.ok() && verified == ExitCode::SUCCESS)
+}
+
+/// Prints how many keys the cache sink wrote and two of its order rows, through
+/// `redis-cli` when it is installed (it comes with redis-server).
+fn show_cache(redis: &RedisServer) {
+    let cli = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("redis-cli")
+            .arg("-p")
+            .arg(redis.port().to_string())
+            .args(args)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let Some(keys) = cli(&["dbsize"]) else {
+        return;
+    };
+    eprintln!("\nthe cache sink's Redis holds {keys} keys (a row each, and the sink's per-table versions hashes), for example:");
+    for key in ["shop:orders:1", "shop:customers:1"] {
+        if let Some(v) = cli(&["get", key]) {
+            eprintln!("  GET {key}  ->  {v}");
+        }
+    }
 }
 
 /// [`workload`] for MariaDB.
