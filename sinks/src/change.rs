@@ -147,7 +147,10 @@ impl Decoder {
         let Some(value) = r.value.as_deref() else {
             return Ok(Decoded::Skip);
         };
-        let value = self.json_of(value).await?;
+        let value = match lean_envelope(value) {
+            Some(v) => v,
+            None => self.json_of(value).await?,
+        };
         let key = match r.key.as_deref() {
             Some(k) if !k.is_empty() => Some(self.json_of(k).await?),
             _ => None,
@@ -201,6 +204,88 @@ impl Decoder {
         self.schemas.insert(id, parsed.clone());
         Ok(parsed)
     }
+}
+
+/// The parts of a JSON envelope a sink uses; everything else (`before`, most of
+/// `source`, a `schema` beside the `payload`) is skipped by the parser without building
+/// values for it, which is most of the work of reading a change.
+#[derive(serde::Deserialize)]
+struct Lean<'a> {
+    #[serde(borrow, default)]
+    op: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    after: Option<Value>,
+    #[serde(borrow, default)]
+    source: Option<LeanSource<'a>>,
+    #[serde(default)]
+    transaction: Option<Value>,
+    /// JsonConverter with schemas: the envelope is here.
+    #[serde(borrow, default)]
+    payload: Option<Box<Lean<'a>>>,
+    // A transaction record.
+    #[serde(default)]
+    status: Option<Value>,
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    event_count: Option<Value>,
+    #[serde(default)]
+    data_collections: Option<Value>,
+}
+
+#[derive(serde::Deserialize)]
+struct LeanSource<'a> {
+    #[serde(borrow, default)]
+    schema: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    db: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    table: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    ts_ms: Option<i64>,
+}
+
+/// A JSON envelope as the value [`from_envelope`] reads, holding only what it reads;
+/// `None` for anything else (Avro, or not an object), which the general path handles.
+fn lean_envelope(bytes: &[u8]) -> Option<Value> {
+    if bytes.first() != Some(&b'{') {
+        return None;
+    }
+    let mut lean: Lean = serde_json::from_slice(bytes).ok()?;
+    if let Some(p) = lean.payload.take() {
+        lean = *p;
+    }
+    let mut m = Map::new();
+    let mut put = |k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            m.insert(k.to_string(), v);
+        }
+    };
+    put("op", lean.op.map(|o| Value::String(o.into_owned())));
+    put("after", lean.after);
+    put("transaction", lean.transaction);
+    put("status", lean.status);
+    put("id", lean.id);
+    put("event_count", lean.event_count);
+    put("data_collections", lean.data_collections);
+    if let Some(src) = lean.source {
+        let mut sm = Map::new();
+        let text = |c: std::borrow::Cow<'_, str>| Value::String(c.into_owned());
+        if let Some(x) = src.schema {
+            sm.insert("schema".into(), text(x));
+        }
+        if let Some(x) = src.db {
+            sm.insert("db".into(), text(x));
+        }
+        if let Some(x) = src.table {
+            sm.insert("table".into(), text(x));
+        }
+        if let Some(x) = src.ts_ms {
+            sm.insert("ts_ms".into(), x.into());
+        }
+        m.insert("source".into(), Value::Object(sm));
+    }
+    Some(Value::Object(m))
 }
 
 /// `{"schema": …, "payload": p}` (JsonConverter with schemas) is `p`.
@@ -460,5 +545,32 @@ mod tests {
                 "{v:?}"
             );
         }
+    }
+
+    /// The lean reading of a JSON envelope gives the change the full one gives, with and
+    /// without a schema wrapper, for row changes, truncates, END records and the rest.
+    #[test]
+    fn the_lean_envelope_reads_what_the_full_one_does() {
+        let row = r#"{"before":{"id":3,"v":"old"},"after":{"id":3,"v":"x\"y","n":null},"source":{"version":"1","connector":"postgresql","name":"app","ts_ms":17,"snapshot":"false","db":"d","schema":"public","table":"t","lsn":5},"transaction":{"id":"9:5","total_order":2,"data_collection_order":1},"op":"u","ts_ms":18}"#;
+        let my = r#"{"before":null,"after":{"id":1},"source":{"db":"shop","table":"orders","ts_ms":1},"op":"c"}"#;
+        let del =
+            r#"{"before":{"id":3},"after":null,"source":{"schema":"public","table":"t"},"op":"d"}"#;
+        let trunc = r#"{"source":{"schema":"public","table":"t"},"op":"t"}"#;
+        let end = r#"{"status":"END","id":"9:5","event_count":2,"data_collections":[{"data_collection":"public.t","event_count":2}]}"#;
+        let other =
+            r#"{"op":"m","source":{"schema":"public","table":""},"message":{"prefix":"p"}}"#;
+        let wrapped = format!(r#"{{"schema":{{"type":"struct","fields":[]}},"payload":{row}}}"#);
+        for v in [row, my, del, trunc, end, other, wrapped.as_str()] {
+            let r = rec(Some(r#"{"id":3}"#), Some(v));
+            let key = Some(serde_json::json!({"id": 3}));
+            let full = unwrap_payload(serde_json::from_str(v).unwrap());
+            let lean = lean_envelope(v.as_bytes()).expect("read lean");
+            assert_eq!(
+                format!("{:?}", from_envelope(&r, key.clone(), lean)),
+                format!("{:?}", from_envelope(&r, key, full)),
+                "{v}"
+            );
+        }
+        assert!(lean_envelope(b"\x00\x00\x00\x00\x01avro").is_none());
     }
 }

@@ -96,6 +96,66 @@ fn lz4_frame(input: &[u8], out: &mut Vec<u8>) -> Result<(), LogError> {
     })
 }
 
+#[cfg(feature = "lz4")]
+thread_local! {
+    /// Where a block is decompressed to before its bytes go to the output: zeroed once
+    /// per thread as it grows, where lz4_flex's frame decoder allocates and zeroes a
+    /// buffer of the frame's block size (up to 4 MiB) for every batch.
+    static LZ4_IN: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Decompresses an LZ4 frame of the shape [`lz4_frame`] writes (version 1, independent
+/// blocks, no checksums, no content size, no dictionary) block by block into `out`.
+/// `Ok(false)`: another shape (a frame some other writer made), for the general decoder.
+#[cfg(feature = "lz4")]
+fn lz4_blocks(input: &[u8], out: &mut Vec<u8>) -> Result<bool, DecodeError> {
+    let bad = |m: &str| DecodeError::Decompress(format!("lz4: {m}"));
+    if input.len() < 7 || input[..4] != [0x04, 0x22, 0x4d, 0x18] || input[4] != 0x60 {
+        return Ok(false);
+    }
+    let block_max = match (input[5] >> 4) & 0x7 {
+        4 => 64 << 10,
+        5 => 256 << 10,
+        6 => 1 << 20,
+        7 => 4 << 20,
+        _ => return Ok(false),
+    };
+    let mut rest = &input[7..];
+    LZ4_IN.with_borrow_mut(|dst| {
+        if dst.len() < block_max {
+            dst.resize(block_max, 0);
+        }
+        loop {
+            let Some((len, tail)) = rest.split_first_chunk::<4>() else {
+                return Err(bad("frame ends without its end mark"));
+            };
+            let len = u32::from_le_bytes(*len);
+            if len == 0 {
+                return Ok(true);
+            }
+            let stored = len & (1 << 31) != 0;
+            let n = (len & !(1 << 31)) as usize;
+            if n > tail.len() || n > block_max {
+                return Err(bad("block runs past the frame"));
+            }
+            let (block, after) = tail.split_at(n);
+            if stored {
+                out.extend_from_slice(block);
+            } else {
+                let got = lz4_flex::block::decompress_into(block, &mut dst[..block_max])
+                    .map_err(|e| bad(&e.to_string()))?;
+                out.extend_from_slice(&dst[..got]);
+            }
+            if out.len() > MAX_DECOMPRESSED_BYTES {
+                return Err(DecodeError::Decompress(
+                    "decompressed batch exceeds the limit".into(),
+                ));
+            }
+            rest = after;
+        }
+    })
+}
+
 /// `input` decompressed with `c`, at most [`MAX_DECOMPRESSED_BYTES`].
 #[allow(unused_variables)]
 pub(crate) fn decompress(c: Compression, input: &[u8]) -> Result<Vec<u8>, DecodeError> {
@@ -106,10 +166,13 @@ pub(crate) fn decompress(c: Compression, input: &[u8]) -> Result<Vec<u8>, Decode
         Compression::None => out.extend_from_slice(input),
         Compression::Lz4 => {
             #[cfg(feature = "lz4")]
-            lz4_flex::frame::FrameDecoder::new(input)
-                .take(limit)
-                .read_to_end(&mut out)
-                .map_err(|e| DecodeError::Decompress(format!("lz4: {e}")))?;
+            if !lz4_blocks(input, &mut out)? {
+                out.clear();
+                lz4_flex::frame::FrameDecoder::new(input)
+                    .take(limit)
+                    .read_to_end(&mut out)
+                    .map_err(|e| DecodeError::Decompress(format!("lz4: {e}")))?;
+            }
             #[cfg(not(feature = "lz4"))]
             return Err(DecodeError::UnsupportedCodec(3));
         }
@@ -181,6 +244,30 @@ mod tests {
                 .read_to_end(&mut back)
                 .unwrap();
             assert_eq!(back, input);
+            // Our block-by-block reader takes the same frame, and so does `decompress`.
+            let mut fast = Vec::new();
+            assert!(lz4_blocks(&out[2..], &mut fast).unwrap());
+            assert_eq!(fast, input);
+            assert_eq!(decompress(Compression::Lz4, &out[2..]).unwrap(), input);
+            // Cut short: an error (or, a header cut, the general decoder's error), never
+            // a short batch.
+            if out.len() > 12 {
+                let mut short = Vec::new();
+                assert!(!matches!(
+                    lz4_blocks(&out[2..out.len() - 5], &mut short),
+                    Ok(true)
+                ));
+                assert!(decompress(Compression::Lz4, &out[2..out.len() - 5]).is_err());
+            }
         }
+        // A frame of another shape (content checksum on): the general decoder reads it.
+        let mut theirs = lz4_flex::frame::FrameEncoder::with_frame_info(
+            lz4_flex::frame::FrameInfo::new().content_checksum(true),
+            Vec::new(),
+        );
+        theirs.write_all(&text).unwrap();
+        let theirs = theirs.finish().unwrap();
+        assert!(!lz4_blocks(&theirs, &mut Vec::new()).unwrap());
+        assert_eq!(decompress(Compression::Lz4, &theirs).unwrap(), text);
     }
 }
