@@ -53,10 +53,12 @@ pub trait ViewReader: Send {
     /// The id under which the view holds the row of `key` (what [`ScanPage::rows`] names).
     fn id_of(&self, table: &TableId, key: &Map<String, Value>) -> String;
 
-    /// A source row as this view can hold it, for targets that store values in another
-    /// form than JSON (a Redis hash holds text): `verify` compares `normalize(source row)`
+    /// A source row (of record key `key`) as this view can hold it, for targets that
+    /// store values in another form than JSON (a Redis hash holds text, a Typesense
+    /// document's `id` is the key text): `verify` compares `normalize(key, source row)`
     /// with the row read back. Identity by default.
-    fn normalize(&self, row: ViewRow) -> ViewRow {
+    fn normalize(&self, key: &Map<String, Value>, row: ViewRow) -> ViewRow {
+        let _ = key;
         row
     }
 }
@@ -64,6 +66,7 @@ pub trait ViewReader: Send {
 /// The view of any target this build can read back.
 pub enum AnyView {
     Redis(crate::redis::view_read::RedisView),
+    Typesense(crate::typesense::view_read::TypesenseView),
 }
 
 impl ViewReader for AnyView {
@@ -74,12 +77,14 @@ impl ViewReader for AnyView {
     ) -> Result<Vec<Option<ViewRow>>, SinkError> {
         match self {
             AnyView::Redis(v) => v.get(table, keys).await,
+            AnyView::Typesense(v) => v.get(table, keys).await,
         }
     }
 
     async fn count(&mut self, table: &TableId) -> Result<u64, SinkError> {
         match self {
             AnyView::Redis(v) => v.count(table).await,
+            AnyView::Typesense(v) => v.count(table).await,
         }
     }
 
@@ -91,18 +96,21 @@ impl ViewReader for AnyView {
     ) -> Result<ScanPage, SinkError> {
         match self {
             AnyView::Redis(v) => v.scan(table, cursor, max).await,
+            AnyView::Typesense(v) => v.scan(table, cursor, max).await,
         }
     }
 
     fn id_of(&self, table: &TableId, key: &Map<String, Value>) -> String {
         match self {
             AnyView::Redis(v) => v.id_of(table, key),
+            AnyView::Typesense(v) => v.id_of(table, key),
         }
     }
 
-    fn normalize(&self, row: ViewRow) -> ViewRow {
+    fn normalize(&self, key: &Map<String, Value>, row: ViewRow) -> ViewRow {
         match self {
-            AnyView::Redis(v) => v.normalize(row),
+            AnyView::Redis(v) => v.normalize(key, row),
+            AnyView::Typesense(v) => v.normalize(key, row),
         }
     }
 }
@@ -113,7 +121,10 @@ pub async fn open(spec: &SinkSpec) -> Result<AnyView, SinkError> {
         SinkKind::Redis => Ok(AnyView::Redis(
             crate::redis::view_read::RedisView::open(spec).await?,
         )),
-        SinkKind::Typesense | SinkKind::Elasticsearch => Err(SinkError::definite(
+        SinkKind::Typesense => Ok(AnyView::Typesense(
+            crate::typesense::view_read::TypesenseView::open(spec)?,
+        )),
+        SinkKind::Elasticsearch => Err(SinkError::definite(
             "opening a sink's view",
             format!(
                 "cdc verify cannot read a {} sink's view back yet",

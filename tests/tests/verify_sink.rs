@@ -3,7 +3,8 @@
 //! (exit 0, also right after a change: the re-check waits for the sink to catch up);
 //! rows changed, deleted and added in Redis behind the sink's back are found, printed
 //! with both sides (exit 1); a column added to the table does not make the rows written
-//! before it differ; an invalidating sink has no view to verify (exit 2).
+//! before it differ; an invalidating sink has no view to verify (exit 2). The same for a
+//! Typesense sink's collection (skipped, with the reason, without the Typesense binary).
 
 mod pg_source_util;
 
@@ -157,6 +158,88 @@ async fn verify_sink_compares_redis_views_with_the_table() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("invalidate"), "{err}");
 
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+}
+
+/// A Typesense sink's collection: equal after the snapshot and changes (the document
+/// `id` is the key text, compared as such), a document changed and one deleted behind
+/// the sink's back are found (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_sink_compares_a_typesense_collection_with_the_table() {
+    if let Err(e) = cdc_harness::typesense_bin() {
+        eprintln!("SKIP: no Typesense binary: {e:#}");
+        return;
+    }
+    let pg = PgServer::shared();
+    let ts = cdc_harness::TypesenseServer::start().unwrap();
+    let db = database_with(pg, SETUP).await;
+    let sink = format!(
+        "[format]\ndecimal_handling_mode = \"string\"\n\n\
+         [[sink]]\nname = \"search\"\ntype = \"typesense\"\nurl = \"{}\"\napi_key = \"{}\"\n",
+        ts.url(),
+        ts.api_key()
+    );
+    let (_dir, mut c) = temp_connector(pg, &db, &["public.item"], &sink);
+    c.start();
+    c.wait_records("t.public.item", 40, Duration::from_secs(60))
+        .await;
+    pg.execute(
+        &db,
+        "UPDATE item SET name = 'renamed' WHERE id % 4 = 0;
+         DELETE FROM item WHERE id = 6;
+         INSERT INTO item VALUES (77, 'new', 7, '{x}');",
+    )
+    .await
+    .unwrap();
+    let (code, out, err) = verify(
+        &c,
+        &[
+            "--table",
+            "public.item",
+            "--sink",
+            "search",
+            "--chunk-rows",
+            "9",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}\n{}", c.output());
+    assert!(out.contains("equal"), "{out}");
+
+    // Behind the sink's back.
+    let (status, body) = cdc_harness::search_http(
+        ts.port(),
+        "PATCH",
+        "/collections/item/documents/3",
+        &[("X-TYPESENSE-API-KEY", ts.api_key())],
+        Some(r#"{"name":"tampered"}"#),
+    )
+    .unwrap();
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let (status, body) = cdc_harness::search_http(
+        ts.port(),
+        "DELETE",
+        "/collections/item/documents/9",
+        &[("X-TYPESENSE-API-KEY", ts.api_key())],
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (code, out, err) = verify(
+        &c,
+        &[
+            "--table",
+            "public.item",
+            "--sink",
+            "search",
+            "--wait-secs",
+            "2",
+        ],
+    );
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(out.contains("differs: key {\"id\":3}"), "{out}");
+    assert!(out.contains("missing in the view: key {\"id\":9}"), "{out}");
+    assert!(out.contains("2 keys differ"), "{out}");
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     drop_slot(pg, &db).await;
 }

@@ -339,7 +339,7 @@ async fn sink_pass(
         for (mut e, v) in chunk.into_iter().zip(rows) {
             source_rows += 1;
             seen.insert(sv.id_hash(&e.key));
-            e.after = sv.normalize(e.after);
+            e.after = sv.normalize(&e.key, e.after);
             match v {
                 Some(v) => {
                     present += 1;

@@ -52,7 +52,7 @@ pub async fn recheck(
             .into_iter()
             .map(|e| {
                 let after = match &*view {
-                    View::Sink(sv) => sv.normalize(e.after),
+                    View::Sink(sv) => sv.normalize(&e.key, e.after),
                     View::Log(_) => e.after,
                 };
                 (hash_row(&e.key), after)

@@ -60,8 +60,8 @@ impl SinkView {
     }
 
     /// A source row in the form the view holds it.
-    pub fn normalize(&self, row: JsonRow) -> JsonRow {
-        self.view.normalize(row)
+    pub fn normalize(&self, key: &JsonRow, row: JsonRow) -> JsonRow {
+        self.view.normalize(key, row)
     }
 
     /// The hash of the view's id of `key`'s row.

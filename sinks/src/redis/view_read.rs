@@ -244,7 +244,7 @@ impl ViewReader for RedisView {
         out
     }
 
-    fn normalize(&self, row: ViewRow) -> ViewRow {
+    fn normalize(&self, _key: &Map<String, Value>, row: ViewRow) -> ViewRow {
         match self.cfg.value {
             ValueKind::Json => row,
             // As the sink writes a hash: NULL columns left out, the rest as text.
