@@ -67,6 +67,7 @@ pub trait ViewReader: Send {
 pub enum AnyView {
     Redis(crate::redis::view_read::RedisView),
     Typesense(crate::typesense::view_read::TypesenseView),
+    Elasticsearch(crate::elasticsearch::view_read::ElasticsearchView),
 }
 
 impl ViewReader for AnyView {
@@ -78,6 +79,7 @@ impl ViewReader for AnyView {
         match self {
             AnyView::Redis(v) => v.get(table, keys).await,
             AnyView::Typesense(v) => v.get(table, keys).await,
+            AnyView::Elasticsearch(v) => v.get(table, keys).await,
         }
     }
 
@@ -85,6 +87,7 @@ impl ViewReader for AnyView {
         match self {
             AnyView::Redis(v) => v.count(table).await,
             AnyView::Typesense(v) => v.count(table).await,
+            AnyView::Elasticsearch(v) => v.count(table).await,
         }
     }
 
@@ -97,6 +100,7 @@ impl ViewReader for AnyView {
         match self {
             AnyView::Redis(v) => v.scan(table, cursor, max).await,
             AnyView::Typesense(v) => v.scan(table, cursor, max).await,
+            AnyView::Elasticsearch(v) => v.scan(table, cursor, max).await,
         }
     }
 
@@ -104,6 +108,7 @@ impl ViewReader for AnyView {
         match self {
             AnyView::Redis(v) => v.id_of(table, key),
             AnyView::Typesense(v) => v.id_of(table, key),
+            AnyView::Elasticsearch(v) => v.id_of(table, key),
         }
     }
 
@@ -111,6 +116,7 @@ impl ViewReader for AnyView {
         match self {
             AnyView::Redis(v) => v.normalize(key, row),
             AnyView::Typesense(v) => v.normalize(key, row),
+            AnyView::Elasticsearch(v) => v.normalize(key, row),
         }
     }
 }
@@ -124,13 +130,8 @@ pub async fn open(spec: &SinkSpec) -> Result<AnyView, SinkError> {
         SinkKind::Typesense => Ok(AnyView::Typesense(
             crate::typesense::view_read::TypesenseView::open(spec)?,
         )),
-        SinkKind::Elasticsearch => Err(SinkError::definite(
-            "opening a sink's view",
-            format!(
-                "cdc verify cannot read a {} sink's view back yet",
-                spec.common.kind.as_str()
-            ),
-            "verify against the log (--log), which the sink applies",
+        SinkKind::Elasticsearch => Ok(AnyView::Elasticsearch(
+            crate::elasticsearch::view_read::ElasticsearchView::open(spec)?,
         )),
     }
 }

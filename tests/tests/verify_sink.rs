@@ -243,3 +243,81 @@ async fn verify_sink_compares_a_typesense_collection_with_the_table() {
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     drop_slot(pg, &db).await;
 }
+
+/// An Elasticsearch sink's index (the noida-db emulator's Elasticsearch API): equal after
+/// the snapshot and changes; a document changed and one deleted behind the sink's back
+/// are found (exit 1).
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_sink_compares_an_elasticsearch_index_with_the_table() {
+    if let Err(e) = cdc_harness::noida_bin() {
+        eprintln!("SKIP: no noida-db binary: {e:#}");
+        return;
+    }
+    let pg = PgServer::shared();
+    let es = cdc_harness::NoidaElasticsearch::start().unwrap();
+    let db = database_with(pg, SETUP).await;
+    let sink = format!(
+        "[format]\ndecimal_handling_mode = \"string\"\n\n\
+         [[sink]]\nname = \"index\"\ntype = \"elasticsearch\"\nurl = \"{}\"\nindex = \"{{prefix}}_{{table}}\"\n",
+        es.url()
+    );
+    let (_dir, mut c) = temp_connector(pg, &db, &["public.item"], &sink);
+    c.start();
+    c.wait_records("t.public.item", 40, Duration::from_secs(60))
+        .await;
+    pg.execute(
+        &db,
+        "UPDATE item SET name = 'renamed' WHERE id % 4 = 0;
+         DELETE FROM item WHERE id = 6;
+         INSERT INTO item VALUES (77, 'new', 7, '{x}');",
+    )
+    .await
+    .unwrap();
+    let args = [
+        "--table",
+        "public.item",
+        "--sink",
+        "index",
+        "--chunk-rows",
+        "9",
+    ];
+    let (code, out, err) = verify(&c, &args);
+    assert_eq!(code, Some(0), "{out}\n{err}\n{}", c.output());
+    assert!(out.contains("equal"), "{out}");
+
+    // Behind the sink's back.
+    let json = [("content-type", "application/json")];
+    let (status, body) = cdc_harness::search_http(
+        es.port(),
+        "PUT",
+        "/t_item/_doc/3?version=1000000&version_type=external&refresh=true",
+        &json,
+        Some(r#"{"id":3,"name":"tampered"}"#),
+    )
+    .unwrap();
+    assert!(status == 200 || status == 201, "{status} {body}");
+    let (status, body) = cdc_harness::search_http(
+        es.port(),
+        "DELETE",
+        "/t_item/_doc/9?refresh=true",
+        &json,
+        None,
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let args = [
+        "--table",
+        "public.item",
+        "--sink",
+        "index",
+        "--wait-secs",
+        "2",
+    ];
+    let (code, out, err) = verify(&c, &args);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(out.contains("differs: key {\"id\":3}"), "{out}");
+    assert!(out.contains("missing in the view: key {\"id\":9}"), "{out}");
+    assert!(out.contains("2 keys differ"), "{out}");
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+}

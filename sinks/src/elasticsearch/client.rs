@@ -63,7 +63,7 @@ impl Client {
     }
 
     /// Sends a request; `Err` only for no answer, a transient status or bad credentials.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         what: &str,
         method: Method,

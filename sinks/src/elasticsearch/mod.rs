@@ -14,6 +14,7 @@ pub mod bulk;
 pub mod client;
 pub mod config;
 pub mod deliver;
+pub mod view_read;
 
 use cdc_schemas::config_keys::KeyError;
 use cdc_schemas::metrics::Metrics;
