@@ -81,45 +81,29 @@ pub async fn run<C: LogConsumer, D: DeadLetters>(
         SinkKind::Elasticsearch => crate::elasticsearch::wants_tx_ends(spec),
     };
     let mut prepare = Prepare::new(registry, spec.table_filter(), columns, tx_ends);
+    // One driver loop, whatever the target: only the connect differs.
+    macro_rules! drive {
+        ($sink:expr) => {{
+            let mut sink = $sink;
+            crate::driver::run(
+                &mut consumer,
+                &mut sink,
+                &mut dead_letters,
+                &mut prepare,
+                &sink_metrics,
+                shutdown,
+                &opts,
+            )
+            .await
+        }};
+    }
     match c.kind {
-        SinkKind::Redis => {
-            let mut sink = crate::redis::RedisSink::connect(spec, &metrics).await?;
-            crate::driver::run(
-                &mut consumer,
-                &mut sink,
-                &mut dead_letters,
-                &mut prepare,
-                &sink_metrics,
-                shutdown,
-                &opts,
-            )
-            .await
-        }
-        SinkKind::Typesense => {
-            let mut sink = crate::typesense::TypesenseSink::connect(spec, &metrics)?;
-            crate::driver::run(
-                &mut consumer,
-                &mut sink,
-                &mut dead_letters,
-                &mut prepare,
-                &sink_metrics,
-                shutdown,
-                &opts,
-            )
-            .await
-        }
+        SinkKind::Redis => drive!(crate::redis::RedisSink::connect(spec, &metrics).await?),
+        SinkKind::Typesense => drive!(crate::typesense::TypesenseSink::connect(spec, &metrics)?),
         SinkKind::Elasticsearch => {
-            let mut sink = crate::elasticsearch::ElasticsearchSink::connect(spec, &metrics)?;
-            crate::driver::run(
-                &mut consumer,
-                &mut sink,
-                &mut dead_letters,
-                &mut prepare,
-                &sink_metrics,
-                shutdown,
-                &opts,
-            )
-            .await
+            drive!(crate::elasticsearch::ElasticsearchSink::connect(
+                spec, &metrics
+            )?)
         }
     }
 }

@@ -6,30 +6,12 @@
 
 mod pg_source_util;
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cdc_harness::PgServer;
 use pg_source_util::*;
-
-/// Runs `cdc verify --config <c> <args>`; returns (exit code, stdout, stderr).
-fn verify(c: &Connector, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
-        .arg("verify")
-        .arg("--config")
-        .arg(&c.config)
-        .args(args)
-        .env("CDC_LOG_LEVEL", "warn")
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 const SETUP: &str = "SET ROLE cdc;
      CREATE TABLE item (id int PRIMARY KEY, name text NOT NULL, price numeric(10,2), at timestamptz, tags text[]);
@@ -59,7 +41,7 @@ async fn verify_log_finds_what_the_log_lacks() {
     .unwrap();
     // Streamed: equal (the re-check waits for the connector to catch up if it lags).
     for table in ["public.item", "pair"] {
-        let (code, out, err) = verify(&c, &["--table", table, "--log", "--chunk-rows", "7"]);
+        let (code, out, err) = c.verify(&["--table", table, "--log", "--chunk-rows", "7"]);
         assert_eq!(code, Some(0), "{table}\n{out}\n{err}\n{}", c.output());
         assert!(out.contains("equal to the log"), "{out}");
     }
@@ -76,18 +58,15 @@ async fn verify_log_finds_what_the_log_lacks() {
     )
     .await
     .unwrap();
-    let (code, out, err) = verify(
-        &c,
-        &[
-            "--table",
-            "public.item",
-            "--log",
-            "--chunk-rows",
-            "4",
-            "--wait-secs",
-            "1",
-        ],
-    );
+    let (code, out, err) = c.verify(&[
+        "--table",
+        "public.item",
+        "--log",
+        "--chunk-rows",
+        "4",
+        "--wait-secs",
+        "1",
+    ]);
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(
         out.contains("differs: key {\"id\":3}\n  source: {\"id\":3,\"name\":\"changed\""),
@@ -113,7 +92,7 @@ async fn verify_log_finds_what_the_log_lacks() {
     // The row deleted while streaming is gone from both sides: not reported.
     assert!(!out.contains("{\"id\":7}"), "{out}");
 
-    let (code, out, err) = verify(&c, &["--table", "public.pair", "--log", "--wait-secs", "1"]);
+    let (code, out, err) = c.verify(&["--table", "public.pair", "--log", "--wait-secs", "1"]);
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(
         out.contains(
@@ -129,10 +108,7 @@ async fn verify_log_finds_what_the_log_lacks() {
 
     // Streamed again: the connector catches up and the same command exits 0.
     c.start();
-    let (code, out, err) = verify(
-        &c,
-        &["--table", "public.item", "--log", "--wait-secs", "60"],
-    );
+    let (code, out, err) = c.verify(&["--table", "public.item", "--log", "--wait-secs", "60"]);
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", c.output());
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 
@@ -142,7 +118,7 @@ async fn verify_log_finds_what_the_log_lacks() {
         vec!["--table", "public.nope", "--log"],
         vec!["--table", "public.item", "--sink", "nope"],
     ] {
-        let (code, out, err) = verify(&c, &args);
+        let (code, out, err) = c.verify(&args);
         assert_eq!(code, Some(2), "{args:?}\n{out}\n{err}");
     }
     drop_slot(pg, &db).await;
@@ -182,18 +158,15 @@ async fn verify_log_on_a_busy_table_gives_no_false_alarm() {
     };
     tokio::time::sleep(Duration::from_millis(500)).await;
     for _ in 0..3 {
-        let (code, out, err) = verify(
-            &c,
-            &[
-                "--table",
-                "public.item",
-                "--log",
-                "--chunk-rows",
-                "10",
-                "--wait-secs",
-                "30",
-            ],
-        );
+        let (code, out, err) = c.verify(&[
+            "--table",
+            "public.item",
+            "--log",
+            "--chunk-rows",
+            "10",
+            "--wait-secs",
+            "30",
+        ]);
         assert_eq!(code, Some(0), "{out}\n{err}\n{}", c.output());
     }
     stop.store(true, Ordering::Relaxed);

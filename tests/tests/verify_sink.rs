@@ -14,22 +14,6 @@ use std::time::Duration;
 use cdc_harness::{PgServer, RedisServer};
 use pg_source_util::*;
 
-fn verify(c: &Connector, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
-        .arg("verify")
-        .arg("--config")
-        .arg(&c.config)
-        .args(args)
-        .env("CDC_LOG_LEVEL", "warn")
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// `redis-cli -p <port> -n <db> <args>`, its output.
 fn redis_cli(redis: &RedisServer, db: u32, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
@@ -76,17 +60,14 @@ async fn verify_sink_compares_redis_views_with_the_table() {
     .unwrap();
     // Right after the changes: the re-check waits for the sinks to apply them.
     for sink in ["cache", "hashes"] {
-        let (code, out, err) = verify(
-            &c,
-            &[
-                "--table",
-                "public.item",
-                "--sink",
-                sink,
-                "--chunk-rows",
-                "7",
-            ],
-        );
+        let (code, out, err) = c.verify(&[
+            "--table",
+            "public.item",
+            "--sink",
+            sink,
+            "--chunk-rows",
+            "7",
+        ]);
         assert_eq!(code, Some(0), "{sink}\n{out}\n{err}\n{}", c.output());
         assert!(out.contains("equal"), "{out}");
     }
@@ -113,17 +94,14 @@ async fn verify_sink_compares_redis_views_with_the_table() {
         0,
         &["HSET", "t:__cdc:v:public.item", "t:item:999", "1"],
     );
-    let (code, out, err) = verify(
-        &c,
-        &[
-            "--table",
-            "public.item",
-            "--sink",
-            "cache",
-            "--wait-secs",
-            "2",
-        ],
-    );
+    let (code, out, err) = c.verify(&[
+        "--table",
+        "public.item",
+        "--sink",
+        "cache",
+        "--wait-secs",
+        "2",
+    ]);
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(
         out.contains("differs: key {\"id\":3}") && out.contains("\"name\":\"tampered\""),
@@ -135,17 +113,14 @@ async fn verify_sink_compares_redis_views_with_the_table() {
 
     // The hash view: a field changed.
     redis_cli(&redis, 1, &["HSET", "h:item:10", "name", "other"]);
-    let (code, out, err) = verify(
-        &c,
-        &[
-            "--table",
-            "public.item",
-            "--sink",
-            "hashes",
-            "--wait-secs",
-            "2",
-        ],
-    );
+    let (code, out, err) = c.verify(&[
+        "--table",
+        "public.item",
+        "--sink",
+        "hashes",
+        "--wait-secs",
+        "2",
+    ]);
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(out.contains("differs: key {\"id\":10}"), "{out}");
     assert!(
@@ -154,7 +129,7 @@ async fn verify_sink_compares_redis_views_with_the_table() {
     );
 
     // A cache-aside sink keeps no rows: nothing to verify, and it says so.
-    let (code, _out, err) = verify(&c, &["--table", "public.item", "--sink", "aside"]);
+    let (code, _out, err) = c.verify(&["--table", "public.item", "--sink", "aside"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("invalidate"), "{err}");
 
@@ -192,17 +167,14 @@ async fn verify_sink_compares_a_typesense_collection_with_the_table() {
     )
     .await
     .unwrap();
-    let (code, out, err) = verify(
-        &c,
-        &[
-            "--table",
-            "public.item",
-            "--sink",
-            "search",
-            "--chunk-rows",
-            "9",
-        ],
-    );
+    let (code, out, err) = c.verify(&[
+        "--table",
+        "public.item",
+        "--sink",
+        "search",
+        "--chunk-rows",
+        "9",
+    ]);
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", c.output());
     assert!(out.contains("equal"), "{out}");
 
@@ -225,17 +197,14 @@ async fn verify_sink_compares_a_typesense_collection_with_the_table() {
     )
     .unwrap();
     assert_eq!(status, 200, "{body}");
-    let (code, out, err) = verify(
-        &c,
-        &[
-            "--table",
-            "public.item",
-            "--sink",
-            "search",
-            "--wait-secs",
-            "2",
-        ],
-    );
+    let (code, out, err) = c.verify(&[
+        "--table",
+        "public.item",
+        "--sink",
+        "search",
+        "--wait-secs",
+        "2",
+    ]);
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(out.contains("differs: key {\"id\":3}"), "{out}");
     assert!(out.contains("missing in the view: key {\"id\":9}"), "{out}");
@@ -281,7 +250,7 @@ async fn verify_sink_compares_an_elasticsearch_index_with_the_table() {
         "--chunk-rows",
         "9",
     ];
-    let (code, out, err) = verify(&c, &args);
+    let (code, out, err) = c.verify(&args);
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", c.output());
     assert!(out.contains("equal"), "{out}");
 
@@ -313,7 +282,7 @@ async fn verify_sink_compares_an_elasticsearch_index_with_the_table() {
         "--wait-secs",
         "2",
     ];
-    let (code, out, err) = verify(&c, &args);
+    let (code, out, err) = c.verify(&args);
     assert_eq!(code, Some(1), "{out}\n{err}");
     assert!(out.contains("differs: key {\"id\":3}"), "{out}");
     assert!(out.contains("missing in the view: key {\"id\":9}"), "{out}");

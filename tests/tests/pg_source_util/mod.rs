@@ -55,6 +55,23 @@ impl Connector {
         }
     }
 
+    /// Runs `cdc verify --config <this config> <args>`: (exit code, stdout, stderr).
+    pub fn verify(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+            .arg("verify")
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env("CDC_LOG_LEVEL", "warn")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     pub fn log_dir(&self) -> PathBuf {
         self.dir.join("log")
     }
