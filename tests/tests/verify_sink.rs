@@ -213,8 +213,9 @@ async fn verify_sink_compares_a_typesense_collection_with_the_table() {
     drop_slot(pg, &db).await;
 }
 
-/// An Elasticsearch sink's index (the noida-db emulator's Elasticsearch API): equal after
-/// the snapshot and changes; a document changed and one deleted behind the sink's back
+/// An Elasticsearch sink's index (the noida-db emulator's Elasticsearch API), its name
+/// from `index` and its mapping from `mapping_file` through `cdc run`: equal after the
+/// snapshot and changes; a document changed and one deleted behind the sink's back
 /// are found (exit 1).
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_sink_compares_an_elasticsearch_index_with_the_table() {
@@ -225,10 +226,19 @@ async fn verify_sink_compares_an_elasticsearch_index_with_the_table() {
     let pg = PgServer::shared();
     let es = cdc_harness::NoidaElasticsearch::start().unwrap();
     let db = database_with(pg, SETUP).await;
+    // mapping_file through `cdc run`: `name` as a keyword (derived, it would be text).
+    let files = tempfile::tempdir().unwrap();
+    let mapping = files.path().join("mapping.json");
+    std::fs::write(
+        &mapping,
+        r#"{"t_item": {"mappings": {"properties": {"name": {"type": "keyword"}}}}}"#,
+    )
+    .unwrap();
     let sink = format!(
         "[format]\ndecimal_handling_mode = \"string\"\n\n\
-         [[sink]]\nname = \"index\"\ntype = \"elasticsearch\"\nurl = \"{}\"\nindex = \"{{prefix}}_{{table}}\"\n",
-        es.url()
+         [[sink]]\nname = \"index\"\ntype = \"elasticsearch\"\nurl = \"{}\"\nindex = \"{{prefix}}_{{table}}\"\nmapping_file = \"{}\"\nbatch_documents = 7\n",
+        es.url(),
+        mapping.display()
     );
     let (_dir, mut c) = temp_connector(pg, &db, &["public.item"], &sink);
     c.start();
@@ -254,8 +264,21 @@ async fn verify_sink_compares_an_elasticsearch_index_with_the_table() {
     assert_eq!(code, Some(0), "{out}\n{err}\n{}", c.output());
     assert!(out.contains("equal"), "{out}");
 
-    // Behind the sink's back.
     let json = [("content-type", "application/json")];
+    let (status, body) =
+        cdc_harness::search_http(es.port(), "GET", "/t_item/_mapping", &json, None).unwrap();
+    assert_eq!(status, 200, "{body}");
+    let m: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        m["t_item"]["mappings"]["properties"]["name"]["type"], "keyword",
+        "the mapping file's type: {body}"
+    );
+    assert_eq!(
+        m["t_item"]["mappings"]["properties"]["price"]["type"], "text",
+        "a derived one: {body}"
+    );
+
+    // Behind the sink's back.
     let (status, body) = cdc_harness::search_http(
         es.port(),
         "PUT",
