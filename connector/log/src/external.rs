@@ -44,9 +44,8 @@
 //! the time of the change, so they refuse while a consumer runs.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::error::{LogError, Result};
@@ -332,37 +331,11 @@ pub enum Holder {
 /// Takes the group's lock without waiting. `Ok(Err(holder))` when someone holds it.
 pub fn try_lock(dir: &Path, group: &str) -> Result<std::result::Result<GroupLock, Holder>> {
     ensure_dir(dir)?;
-    let path = lock_path(dir, group);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| LogError::io("opening lock file", &path, e))?;
-    // SAFETY: flock on a valid, owned file descriptor has no memory-safety concerns.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            let pid: Option<u32> = fs::read_to_string(&path)
-                .ok()
-                .and_then(|s| s.trim().parse().ok());
-            return Ok(Err(if pid == Some(std::process::id()) {
-                Holder::Me
-            } else {
-                Holder::Other(pid)
-            }));
-        }
-        return Err(LogError::io("locking", &path, err));
-    }
-    // Best effort: the pid is only for messages (and to recognise this process).
-    let _ = file.set_len(0);
-    let _ = std::os::unix::fs::FileExt::write_all_at(
-        &file,
-        format!("{}\n", std::process::id()).as_bytes(),
-        0,
-    );
+    let file = match fsutil::try_flock(&lock_path(dir, group))? {
+        Ok(file) => file,
+        Err(pid) if pid == Some(std::process::id()) => return Ok(Err(Holder::Me)),
+        Err(pid) => return Ok(Err(Holder::Other(pid))),
+    };
     Ok(Ok(GroupLock {
         _file: file,
         group: group.to_string(),

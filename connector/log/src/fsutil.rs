@@ -65,38 +65,46 @@ pub struct DirLock {
 
 impl DirLock {
     pub fn acquire(dir: &Path) -> Result<DirLock> {
-        let path = dir.join(".lock");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| LogError::io("opening lock file", &path, e))?;
-        // SAFETY: flock on a valid, owned file descriptor has no memory-safety concerns.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                let pid = fs::read_to_string(&path)
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok());
-                return Err(LogError::Locked {
-                    dir: dir.to_path_buf(),
-                    pid,
-                });
-            }
-            return Err(LogError::io("locking", &path, err));
+        match try_flock(&dir.join(".lock"))? {
+            Ok(file) => Ok(DirLock { _file: file }),
+            Err(pid) => Err(LogError::Locked {
+                dir: dir.to_path_buf(),
+                pid,
+            }),
         }
-        // Best effort: the pid is only for messages.
-        let _ = file.set_len(0);
-        let _ = std::os::unix::fs::FileExt::write_all_at(
-            &file,
-            format!("{}\n", std::process::id()).as_bytes(),
-            0,
-        );
-        Ok(DirLock { _file: file })
     }
+}
+
+/// Takes an exclusive `flock` on `path` (created if missing) without waiting and writes
+/// this process's pid into it. `Ok(Err(pid))` when another holder has it: the pid it
+/// wrote, if readable. The pid is informational only (messages, recognising oneself).
+pub fn try_flock(path: &Path) -> Result<std::result::Result<File, Option<u32>>> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| LogError::io("opening lock file", path, e))?;
+    // SAFETY: flock on a valid, owned file descriptor has no memory-safety concerns.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let pid = fs::read_to_string(path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            return Ok(Err(pid));
+        }
+        return Err(LogError::io("locking", path, err));
+    }
+    let _ = file.set_len(0);
+    let _ = std::os::unix::fs::FileExt::write_all_at(
+        &file,
+        format!("{}\n", std::process::id()).as_bytes(),
+        0,
+    );
+    Ok(Ok(file))
 }
 
 /// An inotify watch on a directory: modifications, creations, moves in and deletions of
