@@ -82,6 +82,11 @@ pub struct Change {
     /// The row after the change, for creates, reads and updates (after the sink's column
     /// selection and renames); `None` otherwise.
     pub after: Option<Map<String, Value>>,
+    /// The after-image as the record's JSON text, kept instead of `after` when the decoder
+    /// was asked to ([`Decoder::keep_after_json`]) and the record is JSON: a sink that
+    /// stores the row as JSON writes these bytes as they are, without building and
+    /// re-serializing a map. [`Change::parse_after`] turns it into `after`.
+    pub after_json: Option<Box<str>>,
     /// `source.ts_ms`: when the change was committed in the database, if known.
     pub source_ts_ms: Option<i64>,
     pub tx: Option<TxInfo>,
@@ -98,6 +103,22 @@ impl Change {
     /// enforces.)
     pub fn version(&self) -> u64 {
         self.offset + 1
+    }
+
+    /// Moves a kept [`Change::after_json`] into `after` (parsed), for code that reads the
+    /// columns. (The text was read as a JSON value of the record, so it parses; anything
+    /// but an object would have been refused when the record was decoded.)
+    pub fn parse_after(&mut self) {
+        if let Some(text) = self.after_json.take() {
+            if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&text) {
+                self.after = Some(m);
+            }
+        }
+    }
+
+    /// Whether the change carries an after-image, parsed or as text.
+    pub fn has_after(&self) -> bool {
+        self.after.is_some() || self.after_json.is_some()
     }
 
     /// `schema.table` (Postgres) or `db.table` (MySQL), Debezium's `data_collection`.
@@ -130,6 +151,7 @@ pub enum DecodeError {
 pub struct Decoder {
     registry: Option<Arc<dyn SchemaRegistry>>,
     schemas: HashMap<u32, Arc<apache_avro::Schema>>,
+    keep_after_json: bool,
 }
 
 impl Decoder {
@@ -139,7 +161,15 @@ impl Decoder {
         Decoder {
             registry,
             schemas: HashMap::new(),
+            keep_after_json: false,
         }
+    }
+
+    /// Keep the after-image of JSON records as text ([`Change::after_json`]) instead of
+    /// parsing it: for a sink that stores it as JSON. (Avro records are parsed whatever
+    /// this says.)
+    pub fn keep_after_json(&mut self, on: bool) {
+        self.keep_after_json = on;
     }
 
     /// Reads `r` back as a change.
@@ -147,15 +177,28 @@ impl Decoder {
         let Some(value) = r.value.as_deref() else {
             return Ok(Decoded::Skip);
         };
-        let value = match lean_envelope(value) {
-            Some(v) => v,
-            None => self.json_of(value).await?,
+        let lean = if self.keep_after_json {
+            lean_envelope::<&serde_json::value::RawValue>(value)
+                .map(|(v, a)| (v, a.map(|a| After::Text(a.get().into()))))
+        } else {
+            lean_envelope::<Value>(value).map(|(v, a)| (v, a.map(After::Value)))
+        };
+        let (value, after) = match lean {
+            Some((v, a)) => (v, a),
+            None => {
+                let mut v = self.json_of(value).await?;
+                let a = v
+                    .as_object_mut()
+                    .and_then(|m| m.remove("after"))
+                    .map(After::Value);
+                (v, a)
+            }
         };
         let key = match r.key.as_deref() {
             Some(k) if !k.is_empty() => Some(self.json_of(k).await?),
             _ => None,
         };
-        from_envelope(r, key, value).map(|c| match c {
+        from_envelope(r, key, value, after).map(|c| match c {
             Some(c) => Decoded::Change(Box::new(c)),
             None => Decoded::Skip,
         })
@@ -206,22 +249,30 @@ impl Decoder {
     }
 }
 
+/// An envelope's `after`: parsed, or its JSON text.
+enum After {
+    Value(Value),
+    Text(Box<str>),
+}
+
 /// The parts of a JSON envelope a sink uses; everything else (`before`, most of
 /// `source`, a `schema` beside the `payload`) is skipped by the parser without building
-/// values for it, which is most of the work of reading a change.
+/// values for it, which is most of the work of reading a change. `A`: how `after` is
+/// read (a [`Value`], or its text as a borrowed `RawValue`).
 #[derive(serde::Deserialize)]
-struct Lean<'a> {
+#[serde(bound(deserialize = "A: serde::Deserialize<'de>"))]
+struct Lean<'a, A> {
     #[serde(borrow, default)]
     op: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default)]
-    after: Option<Value>,
+    #[serde(default = "Option::default")]
+    after: Option<A>,
     #[serde(borrow, default)]
     source: Option<LeanSource<'a>>,
     #[serde(default)]
     transaction: Option<Value>,
     /// JsonConverter with schemas: the envelope is here.
-    #[serde(borrow, default)]
-    payload: Option<Box<Lean<'a>>>,
+    #[serde(borrow, default = "Option::default")]
+    payload: Option<Box<Lean<'a, A>>>,
     // A transaction record.
     #[serde(default)]
     status: Option<Value>,
@@ -245,13 +296,14 @@ struct LeanSource<'a> {
     ts_ms: Option<i64>,
 }
 
-/// A JSON envelope as the value [`from_envelope`] reads, holding only what it reads;
-/// `None` for anything else (Avro, or not an object), which the general path handles.
-fn lean_envelope(bytes: &[u8]) -> Option<Value> {
+/// A JSON envelope as the value [`from_envelope`] reads, holding only what it reads, and
+/// its `after` apart; `None` for anything else (Avro, or not an object), which the general
+/// path handles.
+fn lean_envelope<'a, A: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Option<(Value, Option<A>)> {
     if bytes.first() != Some(&b'{') {
         return None;
     }
-    let mut lean: Lean = serde_json::from_slice(bytes).ok()?;
+    let mut lean: Lean<'a, A> = serde_json::from_slice(bytes).ok()?;
     if let Some(p) = lean.payload.take() {
         lean = *p;
     }
@@ -262,7 +314,6 @@ fn lean_envelope(bytes: &[u8]) -> Option<Value> {
         }
     };
     put("op", lean.op.map(|o| Value::String(o.into_owned())));
-    put("after", lean.after);
     put("transaction", lean.transaction);
     put("status", lean.status);
     put("id", lean.id);
@@ -285,7 +336,7 @@ fn lean_envelope(bytes: &[u8]) -> Option<Value> {
         }
         m.insert("source".into(), Value::Object(sm));
     }
-    Some(Value::Object(m))
+    Some((Value::Object(m), lean.after))
 }
 
 /// `{"schema": …, "payload": p}` (JsonConverter with schemas) is `p`.
@@ -313,6 +364,7 @@ fn from_envelope(
     r: &SinkRecord,
     key: Option<Value>,
     value: Value,
+    after: Option<After>,
 ) -> Result<Option<Change>, DecodeError> {
     let Value::Object(mut v) = value else {
         return Err(malformed(r, "the value is not an object"));
@@ -327,6 +379,7 @@ fn from_envelope(
         table,
         key: Map::new(),
         after: None,
+        after_json: None,
         source_ts_ms: None,
         tx: None,
         tx_end: None,
@@ -420,8 +473,11 @@ fn from_envelope(
         }
     };
     if op.upserts() {
-        match v.remove("after") {
-            Some(Value::Object(a)) => c.after = Some(a),
+        match after {
+            Some(After::Value(Value::Object(a))) => c.after = Some(a),
+            // The text of a JSON object (a `RawValue` is valid JSON; its first byte says
+            // which kind).
+            Some(After::Text(t)) if t.starts_with('{') => c.after_json = Some(t),
             _ => return Err(malformed(r, "a create/read/update without an after-image")),
         }
     }
@@ -563,14 +619,29 @@ mod tests {
         for v in [row, my, del, trunc, end, other, wrapped.as_str()] {
             let r = rec(Some(r#"{"id":3}"#), Some(v));
             let key = Some(serde_json::json!({"id": 3}));
-            let full = unwrap_payload(serde_json::from_str(v).unwrap());
-            let lean = lean_envelope(v.as_bytes()).expect("read lean");
-            assert_eq!(
-                format!("{:?}", from_envelope(&r, key.clone(), lean)),
-                format!("{:?}", from_envelope(&r, key, full)),
-                "{v}"
-            );
+            let mut full = unwrap_payload(serde_json::from_str(v).unwrap());
+            let full_after = full
+                .as_object_mut()
+                .and_then(|m| m.remove("after"))
+                .map(After::Value);
+            let want = format!("{:?}", from_envelope(&r, key.clone(), full, full_after));
+            let (lean, after) = lean_envelope::<Value>(v.as_bytes()).expect("read lean");
+            let got = from_envelope(&r, key.clone(), lean, after.map(After::Value));
+            assert_eq!(format!("{got:?}"), want, "{v}");
+            // The after-image kept as text: the same change once parsed, and the text is
+            // the record's own bytes.
+            let (lean, after) =
+                lean_envelope::<&serde_json::value::RawValue>(v.as_bytes()).expect("read raw");
+            let after = after.map(|a| After::Text(a.get().into()));
+            let mut got = from_envelope(&r, key, lean, after).unwrap();
+            if let Some(c) = got.as_mut() {
+                if let Some(t) = &c.after_json {
+                    assert!(v.contains(&**t), "{t} is a slice of {v}");
+                }
+                c.parse_after();
+            }
+            assert_eq!(format!("{:?}", Ok::<_, DecodeError>(got)), want, "{v}");
         }
-        assert!(lean_envelope(b"\x00\x00\x00\x00\x01avro").is_none());
+        assert!(lean_envelope::<Value>(b"\x00\x00\x00\x00\x01avro").is_none());
     }
 }

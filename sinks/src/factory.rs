@@ -81,6 +81,11 @@ pub async fn run<C: LogConsumer, D: DeadLetters>(
         SinkKind::Elasticsearch => crate::elasticsearch::wants_tx_ends(spec),
     };
     let mut prepare = Prepare::new(registry, spec.table_filter(), columns, tx_ends);
+    if c.kind == SinkKind::Redis {
+        prepare
+            .decoder
+            .keep_after_json(crate::redis::wants_after_json(spec));
+    }
     // One driver loop, whatever the target: only the connect differs.
     macro_rules! drive {
         ($sink:expr) => {{

@@ -136,18 +136,20 @@ impl ColumnMap {
 
     /// Applies the table's selection and renames to `change`'s after-image.
     pub fn apply(&mut self, change: &mut Change) {
-        if change.after.is_none()
+        if !change.has_after()
             || (self.include.is_empty() && self.exclude.is_empty() && self.rename.is_empty())
         {
             return;
         }
         let t = self.for_table(&change.table_id());
-        let Some(after) = change.after.as_mut() else {
-            return;
-        };
         if t.is_identity() {
             return;
         }
+        // Columns are selected or renamed: an after-image kept as text is parsed.
+        change.parse_after();
+        let Some(after) = change.after.as_mut() else {
+            return;
+        };
         if let Some(keep) = &t.include {
             after.retain(|k, _| keep.iter().any(|c| c == k));
         }
@@ -317,6 +319,7 @@ mod tests {
             after: after.as_object().cloned(),
             source_ts_ms: None,
             tx: None,
+            after_json: None,
             tx_end: None,
         }
     }

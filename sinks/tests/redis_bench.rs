@@ -41,6 +41,7 @@ fn changes(n: u64, transactional: bool) -> Vec<Change> {
                 total_order: i % 5 + 1,
                 data_collection_order: i % 5 + 1,
             }),
+            after_json: None,
             tx_end: None,
         });
         if transactional && i % 5 == 4 {

@@ -103,6 +103,7 @@ fn change(table: &str, op: Op, offset: u64, id: i64, after: Option<Value>) -> Ch
         after: after.and_then(|a| a.as_object().cloned()),
         source_ts_ms: None,
         tx: None,
+        after_json: None,
         tx_end: None,
     }
 }

@@ -54,6 +54,7 @@ fn change(table: &str, offset: u64, op: Op, id: i64, after: Option<Value>) -> Ch
         after: after.map(|a| a.as_object().unwrap().clone()),
         source_ts_ms: None,
         tx: None,
+        after_json: None,
         tx_end: None,
     }
 }

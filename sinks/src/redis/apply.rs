@@ -146,18 +146,26 @@ impl ChunkPlan {
                     tables.len() - 1
                 }
             };
-            let what = match (c.op, &c.after) {
-                (Op::Truncate, _) => What::Truncate,
-                (op, Some(after)) if op.upserts() && cfg.mode == Mode::Upsert => match cfg.value {
-                    ValueKind::Json => What::Json(serde_json::to_vec(after).unwrap_or_default()),
-                    ValueKind::Hash => What::Hash(
-                        after
-                            .iter()
-                            .filter(|(_, v)| !v.is_null())
-                            .map(|(k, v)| (k.clone(), field_text(v)))
-                            .collect(),
-                    ),
-                },
+            let what = match (c.op, &c.after, &c.after_json) {
+                (Op::Truncate, _, _) => What::Truncate,
+                // The record's own JSON text (the decoder kept it: a JSON value sink).
+                (op, _, Some(text)) if op.upserts() && cfg.mode == Mode::Upsert => {
+                    What::Json(text.as_bytes().to_vec())
+                }
+                (op, Some(after), _) if op.upserts() && cfg.mode == Mode::Upsert => {
+                    match cfg.value {
+                        ValueKind::Json => {
+                            What::Json(serde_json::to_vec(after).unwrap_or_default())
+                        }
+                        ValueKind::Hash => What::Hash(
+                            after
+                                .iter()
+                                .filter(|(_, v)| !v.is_null())
+                                .map(|(k, v)| (k.clone(), field_text(v)))
+                                .collect(),
+                        ),
+                    }
+                }
                 // A delete, or any change of an invalidating sink.
                 _ => What::Delete,
             };

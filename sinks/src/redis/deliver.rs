@@ -31,7 +31,9 @@ fn chunks(changes: &[Change], cuts: &[usize]) -> Vec<Vec<usize>> {
                 continue;
             }
             cur.push(i);
-            bytes += c.after.as_ref().map_or(0, |a| a.len() * 16) + 64;
+            bytes += c.after.as_ref().map_or(0, |a| a.len() * 16)
+                + c.after_json.as_ref().map_or(0, |t| t.len())
+                + 64;
         }
         start = end;
         if cur.len() >= CALL_CHANGES || bytes >= CALL_BYTES {

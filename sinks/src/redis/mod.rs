@@ -54,6 +54,14 @@ pub fn wants_tx_ends(spec: &SinkSpec) -> bool {
     config::resolve(spec).is_ok_and(|r| r.transactional)
 }
 
+/// Whether the sink stores rows as the record's JSON text (`value = "json"`) or needs no
+/// columns at all (`mode = "invalidate"`): then the decoder keeps the after-image as text
+/// instead of parsing it.
+pub fn wants_after_json(spec: &SinkSpec) -> bool {
+    config::resolve(spec)
+        .is_ok_and(|r| r.value == config::ValueKind::Json || r.mode == config::Mode::Invalidate)
+}
+
 /// Redis-specific figures, labelled `sink="<name>"`.
 #[derive(Clone)]
 struct RedisMetrics {

@@ -232,6 +232,7 @@ mod tests {
                 total_order: n,
                 data_collection_order: n,
             }),
+            after_json: None,
             tx_end: None,
         }
     }

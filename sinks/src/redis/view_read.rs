@@ -70,6 +70,7 @@ impl RedisView {
             after: None,
             source_ts_ms: None,
             tx: None,
+            after_json: None,
             tx_end: None,
         }
     }

@@ -237,6 +237,7 @@ mod tests {
             after: None,
             source_ts_ms: None,
             tx: None,
+            after_json: None,
             tx_end: None,
         }
     }
