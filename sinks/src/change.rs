@@ -87,6 +87,11 @@ pub struct Change {
     /// stores the row as JSON writes these bytes as they are, without building and
     /// re-serializing a map. [`Change::parse_after`] turns it into `after`.
     pub after_json: Option<Box<str>>,
+    /// For a truncate of a topic of several partitions, which the connector writes to
+    /// every partition: how many copies there are (its `cdc.truncate.partitions` header).
+    /// 0 for anything else, and for a truncate written once (one partition, or a log of
+    /// another writer).
+    pub truncate_copies: u32,
     /// `source.ts_ms`: when the change was committed in the database, if known.
     pub source_ts_ms: Option<i64>,
     pub tx: Option<TxInfo>,
@@ -380,6 +385,7 @@ fn from_envelope(
         key: Map::new(),
         after: None,
         after_json: None,
+        truncate_copies: 0,
         source_ts_ms: None,
         tx: None,
         tx_end: None,
@@ -460,6 +466,12 @@ fn from_envelope(
         }
     }
     if op == Op::Truncate {
+        c.truncate_copies = r
+            .headers
+            .iter()
+            .find(|(k, _)| k == cdc_schemas::encode::HEADER_TRUNCATE_PARTITIONS)
+            .and_then(|(_, v)| std::str::from_utf8(v.as_deref()?).ok()?.parse().ok())
+            .unwrap_or(0);
         return Ok(Some(c));
     }
     c.key = match key {
@@ -556,7 +568,16 @@ mod tests {
         let Decoded::Change(c) = decode(&t).unwrap() else {
             panic!()
         };
-        assert_eq!(c.op, Op::Truncate);
+        assert_eq!((c.op, c.truncate_copies), (Op::Truncate, 0));
+        let mut copy = t.clone();
+        copy.headers.push((
+            "cdc.truncate.partitions".into(),
+            Some(Bytes::from_static(b"3")),
+        ));
+        let Decoded::Change(c) = decode(&copy).unwrap() else {
+            panic!()
+        };
+        assert_eq!((c.op, c.truncate_copies), (Op::Truncate, 3));
         assert_eq!(
             decode(&rec(Some(r#"{"id":3}"#), None)).unwrap(),
             Decoded::Skip

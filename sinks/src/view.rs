@@ -320,6 +320,7 @@ mod tests {
             source_ts_ms: None,
             tx: None,
             after_json: None,
+            truncate_copies: 0,
             tx_end: None,
         }
     }

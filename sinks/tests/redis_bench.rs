@@ -42,6 +42,7 @@ fn changes(n: u64, transactional: bool) -> Vec<Change> {
                 data_collection_order: i % 5 + 1,
             }),
             after_json: None,
+            truncate_copies: 0,
             tx_end: None,
         });
         if transactional && i % 5 == 4 {

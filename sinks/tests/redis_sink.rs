@@ -104,6 +104,7 @@ fn change(table: &str, op: Op, offset: u64, id: i64, after: Option<Value>) -> Ch
         source_ts_ms: None,
         tx: None,
         after_json: None,
+        truncate_copies: 0,
         tx_end: None,
     }
 }

@@ -55,6 +55,7 @@ fn change(table: &str, offset: u64, op: Op, id: i64, after: Option<Value>) -> Ch
         source_ts_ms: None,
         tx: None,
         after_json: None,
+        truncate_copies: 0,
         tx_end: None,
     }
 }
@@ -219,6 +220,49 @@ async fn a_truncate_is_recorded_and_replays_do_not_bring_rows_back() {
     let mut restarted = sink(es, "");
     assert_eq!(restarted.deliver(&batch).await.unwrap().upto, 4);
     assert_eq!(docs(es, t), only3);
+}
+
+/// A truncate of a 3-partition topic is in every partition: the first copy the sink meets
+/// clears the index, each other partition's changes before its own copy are passed over
+/// (they are older than the truncate), and a restarted sink replaying everything ends
+/// with the same documents.
+#[tokio::test]
+async fn the_copies_of_a_truncate_in_every_partition_clear_once() {
+    let Some(es) = server() else { return };
+    let t = "truncated3";
+    let at = |p: u32, mut c: Change| {
+        c.partition = p;
+        if c.op == Op::Truncate {
+            c.truncate_copies = 3;
+        }
+        c
+    };
+    // Partition order as a reader may meet it: partition 1 (rows 1, 4, then its copy,
+    // then row 7 written after the truncate), partition 2 (row 2 before its copy, row 8
+    // after), partition 0 (row 3 before, its copy, row 9 after).
+    let batch = vec![
+        at(1, upsert(t, 0, 1, json!({"id": 1, "v": "a"}))),
+        at(1, upsert(t, 1, 4, json!({"id": 4, "v": "d"}))),
+        at(1, change(t, 2, Op::Truncate, 0, None)),
+        at(1, upsert(t, 3, 7, json!({"id": 7, "v": "g"}))),
+        at(2, upsert(t, 0, 2, json!({"id": 2, "v": "b"}))),
+        at(2, change(t, 1, Op::Truncate, 0, None)),
+        at(2, upsert(t, 2, 8, json!({"id": 8, "v": "h"}))),
+        at(0, upsert(t, 0, 3, json!({"id": 3, "v": "c"}))),
+        at(0, change(t, 1, Op::Truncate, 0, None)),
+        at(0, upsert(t, 2, 9, json!({"id": 9, "v": "i"}))),
+    ];
+    let mut s = sink(es, "");
+    assert_eq!(s.deliver(&batch).await.unwrap().upto, batch.len());
+    let after = docs(es, t);
+    assert_eq!(
+        after.keys().cloned().collect::<Vec<_>>(),
+        vec!["7", "8", "9"],
+        "only the rows written after the truncate"
+    );
+    let mut restarted = sink(es, "");
+    assert_eq!(restarted.deliver(&batch).await.unwrap().upto, batch.len());
+    assert_eq!(docs(es, t), after);
 }
 
 #[tokio::test]

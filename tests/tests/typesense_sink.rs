@@ -54,6 +54,7 @@ fn change(table: &str, offset: u64, op: Op, id: i64, after: Option<Value>) -> Ch
         source_ts_ms: None,
         tx: None,
         after_json: None,
+        truncate_copies: 0,
         tx_end: None,
     }
 }

@@ -29,7 +29,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use cdc_log::{HeaderRef, LogError, NewRecord, SealedBatch, Topic};
-use cdc_schemas::encode::{Encoder, RecordBuf};
+use cdc_schemas::encode::{Encoder, RecordBuf, RecordKind, HEADER_TRUNCATE_PARTITIONS};
 use cdc_schemas::{Op, TableId, TableSchema};
 
 use super::hidden::HiddenValues;
@@ -274,11 +274,19 @@ fn seal_records(
     }
     // Every record's headers in one list, each record's range of it (headers are rare:
     // the list is usually empty).
+    let parts = topic.partitions();
+    let parts_text = parts.to_string();
     let mut headers: Vec<HeaderRef<'_>> = Vec::new();
     let mut ranges: Vec<Range<usize>> = Vec::with_capacity(n);
     for i in 0..n {
         let start = headers.len();
         push_headers(buf, i, &mut headers);
+        if parts > 1 && buf.spans[i].kind == RecordKind::Change(Op::Truncate) {
+            headers.push(HeaderRef {
+                key: HEADER_TRUNCATE_PARTITIONS,
+                value: Some(parts_text.as_bytes()),
+            });
+        }
         ranges.push(start..headers.len());
     }
     let records: Vec<NewRecord<'_>> = (0..n)
@@ -298,17 +306,30 @@ fn seal_records(
         out.push((0, b));
         return Ok(());
     }
-    let targets: Vec<u32> = records.iter().map(|r| topic.partition_for(r.key)).collect();
+    // (partition, record) pairs. A truncate concerns every key of the table, and keys are
+    // spread over the partitions, whose records have no order between them: so it goes to
+    // every partition, where each copy sits at its place in commit order and a reader of
+    // one partition clears that partition's rows older than it (as Kafka writes a
+    // transaction's control records to every partition it touched). Debezium writes one
+    // truncate record, to one partition. Each copy says how many there are
+    // (HEADER_TRUNCATE_PARTITIONS).
+    let mut order: Vec<(u32, usize)> = Vec::with_capacity(n);
+    for (i, r) in records.iter().enumerate() {
+        if buf.spans[i].kind == RecordKind::Change(Op::Truncate) {
+            order.extend((0..parts).map(|p| (p, i)));
+        } else {
+            order.push((topic.partition_for(r.key), i));
+        }
+    }
     // Stable: each partition's records stay in their order.
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by_key(|&i| targets[i]);
+    order.sort_by_key(|&(p, _)| p);
     let mut group: Vec<NewRecord<'_>> = Vec::with_capacity(n);
     let mut at = 0;
-    while at < n {
-        let p = targets[order[at]];
+    while at < order.len() {
+        let p = order[at].0;
         group.clear();
-        while at < n && targets[order[at]] == p {
-            group.push(records[order[at]]);
+        while at < order.len() && order[at].0 == p {
+            group.push(records[order[at].1]);
             at += 1;
         }
         let mut b = pool.take_batch();
@@ -442,6 +463,69 @@ mod tests {
             }
             assert_eq!(seen, 200);
         }
+    }
+
+    /// A truncate (keyless, `op = t`) is in every partition of a multi-partition topic,
+    /// at its place among each partition's records; other keyless records go to one.
+    #[test]
+    fn a_truncate_is_written_to_every_partition_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        let parts = 3;
+        let topic = log
+            .create_topic("t", TopicConfig::with_partitions(parts))
+            .unwrap();
+        let keys: Vec<String> = (0..60).map(|i| format!("{{\"id\":{i}}}")).collect();
+        let vals: Vec<String> = (0..60).map(|i| format!("value {i}")).collect();
+        let recs: Vec<_> = (0..60)
+            .map(|i| (Some(keys[i].as_bytes()), Some(vals[i].as_bytes()), None))
+            .collect();
+        let mut buf = record_buf(&recs);
+        // Record 30 becomes a truncate: no key.
+        buf.spans[30].key = None;
+        buf.spans[30].kind = RecordKind::Change(Op::Truncate);
+        let piece = seal_piece(
+            &topic,
+            buf,
+            1,
+            &BufPool::default(),
+            &HiddenValues::default(),
+        )
+        .unwrap();
+        for (p, b) in &piece.batches {
+            topic.append_sealed(*p, b).unwrap();
+        }
+        log.flush(None).unwrap();
+        let mut total = 0;
+        for p in 0..parts {
+            let back = log
+                .reader("t", p, StartAt::Earliest)
+                .unwrap()
+                .poll(1 << 20)
+                .unwrap();
+            let idx: Vec<usize> = back
+                .iter()
+                .map(|r| {
+                    std::str::from_utf8(r.value.as_deref().unwrap()).unwrap()[6..]
+                        .parse()
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(
+                idx.iter().filter(|&&i| i == 30).count(),
+                1,
+                "partition {p}: {idx:?}"
+            );
+            assert!(
+                idx.windows(2).all(|w| w[0] < w[1]),
+                "partition {p}: {idx:?}"
+            );
+            assert!(back
+                .iter()
+                .all(|r| r.key.is_none() == (r.value.as_deref() == Some(&b"value 30"[..]))));
+            total += back.len();
+        }
+        assert_eq!(total, 60 + parts as usize - 1);
     }
 
     #[test]

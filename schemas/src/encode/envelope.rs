@@ -30,6 +30,11 @@ use crate::event::{ChangeEvent, Op, TransactionInfo};
 pub const HEADER_NEW_KEY: &str = "__debezium.newkey";
 /// Debezium's header on the create half of a key change: the row's old key.
 pub const HEADER_OLD_KEY: &str = "__debezium.oldkey";
+/// Header of a truncate record of a topic with more than one partition, which gets a copy
+/// of it in every partition: the number of partitions (copies), as decimal text. A sink
+/// reading several partitions applies the first copy it meets and passes over the rest
+/// of each partition until that partition's copy.
+pub const HEADER_TRUNCATE_PARTITIONS: &str = "cdc.truncate.partitions";
 
 /// What a record is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

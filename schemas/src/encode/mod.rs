@@ -59,6 +59,7 @@ pub use connect::{ConnectField, ConnectSchema, ConnectType};
 pub use convert::ValueError;
 pub use envelope::{
     HiddenValue, Record, RecordBuf, RecordKind, RecordSpan, HEADER_NEW_KEY, HEADER_OLD_KEY,
+    HEADER_TRUNCATE_PARTITIONS,
 };
 pub use hidden::{HiddenReason, UnrepresentableMode, HEADER_UNREPRESENTABLE};
 pub use record_schema::{source_schema, transaction_schema};

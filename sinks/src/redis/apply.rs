@@ -4,8 +4,9 @@
 //!
 //! # The versions hash
 //!
-//! Per table, `<prefix>:__cdc:v:<schema>.<table>` maps each row's Redis key (the field)
-//! to the version ([`Change::version`]) of the last change applied to it. A delete keeps
+//! Per table and partition of its topic, `<prefix>:__cdc:v:<schema>.<table>` (partition
+//! 0; `…#<p>` for partition `p`, see [`push_versions_key`]) maps each row's Redis key (the
+//! field) to the version ([`Change::version`]) of the last change applied to it. A delete keeps
 //! its entry (a tombstone), so a replayed older insert cannot bring the row back. Field
 //! `__truncated` holds the version of the table's latest truncate: every change at or
 //! below it is ignored. A change is applied only when its version is above both.
@@ -48,9 +49,35 @@ pub const TRUNCATED: &str = "__truncated";
 /// Keys per HMGET / EXISTS / MSET / HSET command.
 const CHUNK: usize = 1000;
 
-/// The versions hash of a change's table.
+/// The versions hash of a change's table and partition ([`push_versions_key`]).
 pub fn versions_key(prefix: &str, c: &Change) -> String {
-    format!("{prefix}:__cdc:v:{}.{}", c.schema, c.table)
+    let mut out = String::new();
+    push_versions_key(&mut out, prefix, &c.schema, &c.table, c.partition);
+    out
+}
+
+/// Appends the name of the versions hash of `schema.table`'s rows in `partition` of its
+/// topic: `<prefix>:__cdc:v:<schema>.<table>` for partition 0 (the only one by default),
+/// `…#<partition>` for the others. One hash per partition because versions are offsets,
+/// comparable within a partition only: a key's changes are all in one partition, and a
+/// truncate is written to every partition, so each partition's hash, marker and sweep are
+/// exact on their own.
+pub fn push_versions_key(
+    out: &mut String,
+    prefix: &str,
+    schema: &str,
+    table: &str,
+    partition: u32,
+) {
+    use std::fmt::Write;
+    out.push_str(prefix);
+    out.push_str(":__cdc:v:");
+    out.push_str(schema);
+    out.push('.');
+    out.push_str(table);
+    if partition > 0 {
+        let _ = write!(out, "#{partition}");
+    }
 }
 
 /// A column's value in a hash field: strings as they are, anything else as JSON.
@@ -132,11 +159,7 @@ impl ChunkPlan {
         for &i in idx {
             let c = &changes[i];
             vh.clear();
-            vh.push_str(&cfg.prefix);
-            vh.push_str(":__cdc:v:");
-            vh.push_str(&c.schema);
-            vh.push('.');
-            vh.push_str(&c.table);
+            push_versions_key(&mut vh, &cfg.prefix, &c.schema, &c.table, c.partition);
             let t = match tables.iter().position(|x| *x == vh) {
                 Some(t) => t,
                 None => {

@@ -70,6 +70,8 @@ pub struct TxPlanner {
 #[derive(Default)]
 struct Agg<'a> {
     held: HashMap<String, u64>,
+    /// `total_order` of the truncates counted (a truncate is in every partition).
+    truncates: HashSet<u64>,
     end: Option<&'a crate::change::TxEnd>,
     last: usize,
 }
@@ -122,6 +124,13 @@ impl TxPlanner {
             if c.op == Op::TxEnd {
                 a.end = c.tx_end.as_ref();
                 self.ends_seen = true;
+            } else if c.op == Op::Truncate
+                && !a
+                    .truncates
+                    .insert(c.tx.as_ref().map_or(0, |t| t.total_order))
+            {
+                // Another partition's copy of a truncate counted already: END counts
+                // the truncate once.
             } else {
                 *a.held.entry(c.table_id()).or_insert(0) += 1;
             }
@@ -233,6 +242,7 @@ mod tests {
                 data_collection_order: n,
             }),
             after_json: None,
+            truncate_copies: 0,
             tx_end: None,
         }
     }
@@ -313,5 +323,26 @@ mod tests {
         let b = vec![row("a", Some(("t3", 1)), 2)];
         assert_eq!(p.plan(&b, t0 + Duration::from_secs(6)).upto, 1);
         assert!(!p.force_next);
+    }
+
+    /// A truncate is in every partition of its topic; END counts it once, so its copies
+    /// do not stand in for the transaction's other changes of the table.
+    #[test]
+    fn the_copies_of_a_truncate_count_once() {
+        let mut p = planner(&[]);
+        let now = Instant::now();
+        let truncate = |partition: u32| {
+            let mut c = row("a", Some(("t1", 1)), 5);
+            c.op = Op::Truncate;
+            c.after = None;
+            c.partition = partition;
+            c
+        };
+        let mut b = vec![truncate(0), truncate(1), truncate(2)];
+        b.push(end("t1", &[("public.a", 3)]));
+        assert_eq!(p.plan(&b, now).upto, 0, "1 of the 3 changes of public.a");
+        b.push(row("a", Some(("t1", 2)), 6));
+        b.push(row("a", Some(("t1", 3)), 7));
+        assert_eq!(p.plan(&b, now).upto, 6);
     }
 }

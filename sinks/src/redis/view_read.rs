@@ -1,8 +1,8 @@
 //! Reading a Redis sink's view back, for `cdc verify --sink NAME`.
 //!
-//! The rows of a table are found through its versions hash
-//! ([`super::apply::versions_key`]): its fields are the Redis keys of every row the sink
-//! ever wrote (a deleted row keeps its field as a tombstone), so a scan of that hash,
+//! The rows of a table are found through its versions hashes, one per partition of its
+//! topic ([`super::apply::push_versions_key`]): their fields are the Redis keys of every
+//! row the sink ever wrote (a deleted row keeps its field as a tombstone), so a scan of those hashes,
 //! followed by a read of those keys, visits exactly the table's live rows, whatever the
 //! key template and whatever else lives in the database. Nothing here writes.
 //!
@@ -31,6 +31,9 @@ const WHAT: &str = "reading the Redis view";
 pub struct RedisView {
     cfg: Resolved,
     conn: Conn,
+    /// Per table, its versions hashes (one per partition that has rows), as found by the
+    /// first page of a scan.
+    hashes: Vec<(TableId, Vec<String>)>,
 }
 
 impl RedisView {
@@ -53,7 +56,11 @@ impl RedisView {
             ));
         }
         let conn = Conn::connect(&cfg.address, IO_TIMEOUT).await?;
-        Ok(RedisView { cfg, conn })
+        Ok(RedisView {
+            cfg,
+            conn,
+            hashes: Vec::new(),
+        })
     }
 
     /// A change naming `table`'s row of `key`, for the key template.
@@ -71,6 +78,7 @@ impl RedisView {
             source_ts_ms: None,
             tx: None,
             after_json: None,
+            truncate_copies: 0,
             tx_end: None,
         }
     }
@@ -141,6 +149,59 @@ impl RedisView {
             }
         }
     }
+
+    /// The names of `table`'s versions hashes: partition 0's, then those of the other
+    /// partitions that exist (a `SCAN` of the database for `<partition 0's name>#<n>`).
+    async fn versions_hashes(&mut self, table: &TableId) -> Result<Vec<String>, SinkError> {
+        let base = versions_key(&self.cfg.prefix, &Self::probe(table, &Map::new()));
+        let mut pattern = String::new();
+        for ch in base.chars() {
+            if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(ch);
+        }
+        pattern.push_str("#*");
+        let mut others: Vec<(u32, String)> = Vec::new();
+        let mut cursor = b"0".to_vec();
+        loop {
+            let mut scan = Cmd::new("SCAN");
+            scan.arg(&cursor)
+                .arg(b"MATCH")
+                .arg(pattern.as_bytes())
+                .arg(b"COUNT")
+                .arg_u64(1000)
+                .arg(b"TYPE")
+                .arg(b"hash");
+            let r = self.conn.call(scan).await.map_err(|e| self.io(e))?;
+            let Reply::Array(Some(v)) = r else {
+                return Err(unexpected(format!("{r:?}")));
+            };
+            let mut v = v.into_iter();
+            let (Some(Reply::Bulk(Some(next))), Some(Reply::Array(Some(names)))) =
+                (v.next(), v.next())
+            else {
+                return Err(unexpected("SCAN".into()));
+            };
+            for n in names {
+                if let Reply::Bulk(Some(n)) = n {
+                    let n = String::from_utf8_lossy(&n).into_owned();
+                    if let Some(p) = n[base.len() + 1..].parse::<u32>().ok().filter(|&p| p > 0) {
+                        others.push((p, n));
+                    }
+                }
+            }
+            if next == b"0" {
+                break;
+            }
+            cursor = next;
+        }
+        others.sort();
+        others.dedup();
+        let mut out = vec![base];
+        out.extend(others.into_iter().map(|(_, n)| n));
+        Ok(out)
+    }
 }
 
 /// A JSON row as stored; a value that is not a JSON object reads as one `"<value>"` field,
@@ -192,11 +253,32 @@ impl ViewReader for RedisView {
         cursor: Option<String>,
         max: usize,
     ) -> Result<ScanPage, SinkError> {
-        let vh = versions_key(&self.cfg.prefix, &Self::probe(table, &Map::new()));
+        // The cursor is `<index of the versions hash>/<its HSCAN cursor>`.
+        let (at, hcursor) = match cursor.as_deref().and_then(|c| c.split_once('/')) {
+            Some((i, c)) => (i.parse::<usize>().unwrap_or(0), c.to_string()),
+            None => (0, "0".to_string()),
+        };
+        let known = self.hashes.iter().position(|(t, _)| t == table);
+        let t = match known {
+            Some(t) if !(at == 0 && hcursor == "0") => t,
+            _ => {
+                let found = self.versions_hashes(table).await?;
+                self.hashes.retain(|(t, _)| t != table);
+                self.hashes.push((table.clone(), found));
+                self.hashes.len() - 1
+            }
+        };
+        let count = self.hashes[t].1.len();
+        let Some(vh) = self.hashes[t].1.get(at).cloned() else {
+            return Ok(ScanPage {
+                rows: Vec::new(),
+                next: None,
+            });
+        };
         let mut hscan = Cmd::new("HSCAN");
         hscan
             .arg(vh.as_bytes())
-            .arg(cursor.as_deref().unwrap_or("0").as_bytes())
+            .arg(hcursor.as_bytes())
             .arg(b"COUNT")
             .arg_u64(max.max(1) as u64);
         let r = self.conn.call(hscan).await.map_err(|e| self.io(e))?;
@@ -235,7 +317,13 @@ impl ViewReader for RedisView {
                 .zip(rows)
                 .filter_map(|(id, row)| row.map(|r| (id, Some(r))))
                 .collect(),
-            next: (next != b"0").then(|| String::from_utf8_lossy(&next).into_owned()),
+            next: if next != b"0" {
+                Some(format!("{at}/{}", String::from_utf8_lossy(&next)))
+            } else if at + 1 < count {
+                Some(format!("{}/0", at + 1))
+            } else {
+                None
+            },
         })
     }
 

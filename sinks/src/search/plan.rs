@@ -87,6 +87,11 @@ pub fn place(c: &Change) -> String {
     format!("{}/{}", c.topic, c.partition)
 }
 
+/// The marker key holding how many truncate copies a place still waits for.
+fn pending_key(place: &str) -> String {
+    format!("{place}/pending")
+}
+
 impl Truncates {
     pub fn is_loaded(&self, target: &str) -> bool {
         self.by_target.contains_key(target)
@@ -101,22 +106,71 @@ impl Truncates {
         self.by_target.get(target)?.get(&place(c)).copied()
     }
 
+    /// How many copies of truncates applied already (from another partition) are still to
+    /// come in `c`'s partition: until they have, its changes are older than the truncate.
+    fn pending(&self, target: &str, c: &Change) -> u64 {
+        self.by_target
+            .get(target)
+            .and_then(|m| m.get(&pending_key(&place(c))))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Whether `c` is older than a truncate of `target` already applied (it was removed).
     pub fn is_older(&self, target: &str, c: &Change) -> bool {
-        self.marker(target, c).is_some_and(|v| c.version() < v)
+        self.pending(target, c) > 0 || self.marker(target, c).is_some_and(|v| c.version() < v)
     }
 
-    /// Whether the truncate `c` was applied to `target` already.
-    pub fn is_applied(&self, target: &str, c: &Change) -> bool {
-        self.marker(target, c).is_some_and(|v| c.version() <= v)
-    }
-
-    /// Records the truncate `c` of `target`; returns all of `target`'s markers.
-    pub fn record(&mut self, target: &Arc<str>, c: &Change) -> &BTreeMap<String, u64> {
+    /// Takes the truncate `c` of `target` into account; returns whether to clear `target`
+    /// for it (the first copy met of a truncate not applied yet) and, when anything
+    /// changed, the markers to store.
+    ///
+    /// A truncate of a topic of N partitions is in each of them ([`Change::truncate_copies`]):
+    /// the first copy met clears the target — no partition has delivered a change after
+    /// its copy yet, and every change before it is older than the truncate — and marks the
+    /// other N−1 partitions as pending: their changes are passed over until their copy
+    /// arrives, which then only moves their marker.
+    pub fn take_truncate(
+        &mut self,
+        target: &Arc<str>,
+        c: &Change,
+    ) -> (bool, Option<BTreeMap<String, u64>>) {
+        let here = place(c);
         let m = self.by_target.entry(target.clone()).or_default();
-        let v = m.entry(place(c)).or_insert(0);
+        let pk = pending_key(&here);
+        if let Some(n) = m.get_mut(&pk).filter(|n| **n > 0) {
+            *n -= 1;
+            let v = m.entry(here).or_insert(0);
+            *v = (*v).max(c.version());
+            return (false, Some(m.clone()));
+        }
+        if m.get(&here).is_some_and(|&v| c.version() <= v) {
+            return (false, None);
+        }
+        let v = m.entry(here).or_insert(0);
         *v = (*v).max(c.version());
-        m
+        for q in (0..c.truncate_copies).filter(|&q| q != c.partition) {
+            *m.entry(pending_key(&format!("{}/{q}", c.topic)))
+                .or_insert(0) += 1;
+        }
+        (true, Some(m.clone()))
+    }
+
+    /// `target`'s markers now, for [`Truncates::restore`].
+    pub fn snapshot(&self, target: &str) -> Option<BTreeMap<String, u64>> {
+        self.by_target.get(target).cloned()
+    }
+
+    /// Puts back what [`Truncates::snapshot`] took (a truncate that did not take effect).
+    pub fn restore(&mut self, target: &Arc<str>, before: Option<BTreeMap<String, u64>>) {
+        match before {
+            Some(m) => {
+                self.by_target.insert(target.clone(), m);
+            }
+            None => {
+                self.by_target.remove(target);
+            }
+        }
     }
 }
 
@@ -154,17 +208,25 @@ pub async fn deliver<E: Engine>(
             if let Err(e) = engine.open(&target, None, &mut p.truncates).await {
                 return stop(done, rejected, e);
             }
-            if !p.truncates.is_applied(&target, c) {
-                if let Err(e) = engine.clear(&target).await {
+            let before = p.truncates.snapshot(&target);
+            let (clear, markers) = p.truncates.take_truncate(&target, c);
+            if let Some(markers) = markers {
+                // Recorded only once the target is cleared: a crash before this replays
+                // the truncate, which is harmless; recorded first, a crash would leave the
+                // rows in place. On a failure the state is as before, for the retry.
+                let applied = async {
+                    if clear {
+                        engine.clear(&target).await?;
+                    }
+                    engine.record_truncates(&target, &markers).await
+                };
+                if let Err(e) = applied.await {
+                    p.truncates.restore(&target, before);
                     return stop(done, rejected, e);
                 }
-                // Recorded only now: a crash before this replays the truncate, which is
-                // harmless; recorded first, a crash would leave the rows in place.
-                let markers = p.truncates.record(&target, c).clone();
-                if let Err(e) = engine.record_truncates(&target, &markers).await {
-                    return stop(done, rejected, e);
+                if clear {
+                    tracing::info!(target_name = %target, table = %c.table_id(), version = c.version(), copies = c.truncate_copies, "search sink: truncate applied");
                 }
-                tracing::info!(target_name = %target, table = %c.table_id(), version = c.version(), "search sink: truncate applied");
             }
             i += 1;
             done = i;
@@ -238,6 +300,7 @@ mod tests {
             source_ts_ms: None,
             tx: None,
             after_json: None,
+            truncate_copies: 0,
             tx_end: None,
         }
     }
@@ -246,13 +309,59 @@ mod tests {
     fn truncate_markers_compare_within_a_partition_only() {
         let mut t = Truncates::default();
         let target: Arc<str> = "t".into();
-        t.record(&target, &change(0, 9));
-        assert!(t.is_applied("t", &change(0, 9)));
-        assert!(!t.is_applied("t", &change(0, 10)));
-        assert!(t.is_older("t", &change(0, 8)));
+        assert!(t.take_truncate(&target, &change(0, 8)).0);
+        assert_eq!(
+            t.take_truncate(&target, &change(0, 8)),
+            (false, None),
+            "a replay"
+        );
+        assert!(t.is_older("t", &change(0, 7)));
         assert!(!t.is_older("t", &change(0, 9)));
         assert!(!t.is_older("t", &change(1, 3)));
         assert!(!t.is_older("other", &change(0, 3)));
         assert_eq!(place(&change(2, 0)), "app.public.t/2");
+    }
+
+    /// A truncate written to each of 3 partitions: the first copy met clears, the other
+    /// partitions pass over their changes until their own copy, which clears nothing; a
+    /// replay of any copy does nothing.
+    #[test]
+    fn the_first_copy_of_a_truncate_clears_and_the_others_wait_for_theirs() {
+        let copy = |p: u32, offset: u64| Change {
+            truncate_copies: 3,
+            ..change(p, offset)
+        };
+        let row = |p: u32, offset: u64| Change {
+            op: Op::Update,
+            ..change(p, offset)
+        };
+        let mut t = Truncates::default();
+        let target: Arc<str> = "t".into();
+        assert!(!t.is_older("t", &row(2, 4)));
+        let (clear, m) = t.take_truncate(&target, &copy(1, 10));
+        assert!(clear);
+        assert_eq!(
+            m.unwrap(),
+            BTreeMap::from([
+                ("app.public.t/0/pending".to_string(), 1),
+                ("app.public.t/1".to_string(), 11),
+                ("app.public.t/2/pending".to_string(), 1),
+            ])
+        );
+        assert!(!t.is_older("t", &row(1, 11)), "after partition 1's copy");
+        assert!(t.is_older("t", &row(2, 4)), "before partition 2's copy");
+        assert!(t.is_older("t", &row(0, 400)));
+        let (clear, _) = t.take_truncate(&target, &copy(2, 5));
+        assert!(!clear);
+        assert!(!t.is_older("t", &row(2, 6)));
+        assert!(t.is_older("t", &row(2, 4)));
+        assert!(t.is_older("t", &row(0, 400)));
+        assert!(!t.take_truncate(&target, &copy(0, 401)).0);
+        assert!(!t.is_older("t", &row(0, 402)));
+        for (p, o) in [(0, 401), (1, 10), (2, 5)] {
+            assert_eq!(t.take_truncate(&target, &copy(p, o)), (false, None), "{p}");
+        }
+        // The next truncate clears again.
+        assert!(t.take_truncate(&target, &copy(2, 50)).0);
     }
 }
