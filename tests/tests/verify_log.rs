@@ -243,8 +243,8 @@ async fn verify_log_spilled_equals_in_memory() {
                 let l = l.split(" (checked in").next().unwrap();
                 match l.split_once("source position ") {
                     Some((a, b)) => format!(
-                        "{a}source position P {}",
-                        b.split_once(' ').map_or("", |(_, r)| r)
+                        "{a}source position P when {}",
+                        b.split_once(" when ").map_or("", |(_, r)| r)
                     ),
                     None => l.to_string(),
                 }
