@@ -307,3 +307,77 @@ async fn verify_log_spilled_equals_in_memory() {
     assert_eq!(code, Some(2), "{err}");
     drop_slot(pg, &db).await;
 }
+
+/// Not run by default (minutes, and a measurement rather than a check): the peak RSS of
+/// `cdc verify --log` on a table of `CDC_VERIFY_ROWS` rows (default 1,000,000), with the
+/// default budget and with smaller ones that spill, each printed as
+/// `memory_mb=… rss_kb=… secs=…`:
+///
+///     CDC_VERIFY_ROWS=1000000 cargo test -p cdc-harness --test verify_log -- \
+///       --ignored verify_log_memory_on_a_large_table --nocapture
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn verify_log_memory_on_a_large_table() {
+    let rows: u64 = std::env::var("CDC_VERIFY_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let pg = PgServer::shared();
+    let db = database_with(
+        pg,
+        &format!(
+            "SET ROLE cdc;
+             CREATE TABLE big (id int PRIMARY KEY, v text NOT NULL, n int);
+             INSERT INTO big SELECT g, 'value ' || g, g FROM generate_series(1, {rows}) g;"
+        ),
+    )
+    .await;
+    let (_dir, mut c) = temp_connector(
+        pg,
+        &db,
+        &["public.big"],
+        "[snapshot]\nmode = \"initial_only\"\n",
+    );
+    c.start();
+    c.wait_records("t.public.big", rows, Duration::from_secs(3600))
+        .await;
+    let _ = c.stop();
+    let budgets = std::env::var("CDC_VERIFY_MB").unwrap_or_else(|_| "64,16,4".into());
+    // A profiler to run each verify under, e.g. `heaptrack -o DIR/heap`.
+    let wrap = std::env::var("CDC_VERIFY_WRAP").unwrap_or_default();
+    // More options of each verify, e.g. `--chunk-rows 1000`.
+    let extra = std::env::var("CDC_VERIFY_ARGS").unwrap_or_default();
+    for mb in budgets.split(',') {
+        let time = c.dir.join("time.txt");
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new("/usr/bin/time")
+            .arg("-f")
+            .arg("%M")
+            .arg("-o")
+            .arg(&time)
+            .args(wrap.split_whitespace())
+            .arg(env!("CARGO_BIN_EXE_cdc-e2e"))
+            .args(["verify", "--config"])
+            .arg(&c.config)
+            .args(["--table", "public.big", "--log", "--wait-secs", "0"])
+            .args(["--memory-mb", mb])
+            .args(extra.split_whitespace())
+            .env("CDC_LOG_LEVEL", "info")
+            .output()
+            .unwrap();
+        let secs = started.elapsed().as_secs_f64();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        for l in stderr.lines().filter(|l| l.contains("verify:")) {
+            println!("  {l}");
+        }
+        let rss = std::fs::read_to_string(&time).unwrap();
+        println!(
+            "memory_mb={mb} rss_kb={} secs={secs:.1} spilled={}",
+            rss.trim(),
+            stderr.contains("verify: spilled to")
+        );
+    }
+    drop_slot(pg, &db).await;
+}
