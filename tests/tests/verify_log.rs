@@ -2,7 +2,7 @@
 //! the log verifies equal (exit 0), also while a workload keeps changing it; rows changed,
 //! deleted and inserted directly while the connector is stopped (so the log lacks them)
 //! are found, each key printed with both sides (exit 1); a composite key; usage errors
-//! exit 2.
+//! exit 2. Past `--memory-mb` the comparison spills to disk and says the same.
 
 mod pg_source_util;
 
@@ -172,5 +172,212 @@ async fn verify_log_on_a_busy_table_gives_no_false_alarm() {
     stop.store(true, Ordering::Relaxed);
     assert!(w.await.unwrap() > 10);
     assert_eq!(c.stop(), Some(0), "{}", c.output());
+    drop_slot(pg, &db).await;
+}
+
+/// `verify --log` past its memory budget (forced small with the hidden `--spill-keys`):
+/// the rebuild spills to bucket files, and the verdict, the printed differences and the
+/// re-check are exactly those of the in-memory comparison — over inserts, updates,
+/// deletes, a truncate, and rows changed behind the log's back. The spill's directory is
+/// gone afterwards.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_log_spilled_equals_in_memory() {
+    let pg = PgServer::shared();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc;
+         CREATE TABLE spill (id int PRIMARY KEY, v text NOT NULL, n int);
+         INSERT INTO spill SELECT g, 'v' || g, g FROM generate_series(1, 40) g;",
+    )
+    .await;
+    let (_dir, mut c) = temp_connector(pg, &db, &["public.spill"], "");
+    c.start();
+    c.wait_records("t.public.spill", 40, Duration::from_secs(60))
+        .await;
+    // Each its own transaction, apart in time: a truncate clears the keys whose latest
+    // record is not newer than it, to the millisecond of the log time (the keys are in
+    // other partitions than the truncate), so changes of its millisecond are ambiguous.
+    for sql in [
+        "UPDATE spill SET n = n * 10 WHERE id % 3 = 0; DELETE FROM spill WHERE id % 7 = 0",
+        "TRUNCATE spill",
+        "INSERT INTO spill SELECT g, 'w' || g, g FROM generate_series(1, 30) g;
+         UPDATE spill SET v = 'u' || id WHERE id % 4 = 0;
+         DELETE FROM spill WHERE id IN (5, 6);",
+    ] {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        pg.execute(&db, sql).await.unwrap();
+    }
+    let base = ["--table", "public.spill", "--log", "--chunk-rows", "7"];
+    let spilled = ["--memory-mb", "1", "--spill-keys", "4"];
+    let run = |c: &Connector, extra: &[&str], spill: bool| {
+        let mut args: Vec<&str> = base.to_vec();
+        args.extend_from_slice(extra);
+        if spill {
+            args.extend_from_slice(&spilled);
+        }
+        c.verify_logging("info", &args)
+    };
+    // Streamed: equal either way (the re-check waits for the connector).
+    for spill in [false, true] {
+        let (code, out, err) = run(&c, &["--wait-secs", "60"], spill);
+        assert_eq!(code, Some(0), "spill {spill}\n{out}\n{err}\n{}", c.output());
+        assert!(out.contains("equal to the log"), "{out}");
+        assert!(out.contains(": 28 rows, in"), "{out}");
+        assert_eq!(err.contains("verify: spilled to"), spill, "{err}");
+    }
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+
+    // Behind the log's back.
+    pg.execute(
+        &db,
+        "UPDATE spill SET v = 'changed' WHERE id = 3;
+         DELETE FROM spill WHERE id IN (4, 9);
+         INSERT INTO spill VALUES (60, 'sixty', 60), (61, 'sixty-one', 61);",
+    )
+    .await
+    .unwrap();
+    // The timing, and the source position of a re-check's note, differ from run to run.
+    let normalize = |out: &str| -> String {
+        out.lines()
+            .map(|l| {
+                let l = l.split(" (checked in").next().unwrap();
+                match l.split_once("source position ") {
+                    Some((a, b)) => format!(
+                        "{a}source position P when {}",
+                        b.split_once(" when ").map_or("", |(_, r)| r)
+                    ),
+                    None => l.to_string(),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for extra in [
+        &["--wait-secs", "0"][..],
+        &["--wait-secs", "1"][..],
+        &["--wait-secs", "0", "--max-report", "3"][..],
+        &["--wait-secs", "1", "--max-report", "1"][..],
+    ] {
+        let (code, out, err) = run(&c, extra, false);
+        let (s_code, s_out, s_err) = run(&c, extra, true);
+        assert_eq!(code, Some(1), "{extra:?}\n{out}\n{err}");
+        assert!(!err.contains("spilled"), "{err}");
+        assert!(s_err.contains("verify: spilled to"), "{extra:?}\n{s_err}");
+        assert!(s_err.contains("compared the spilled buckets"), "{s_err}");
+        assert_eq!(s_code, code, "{extra:?}\n{s_out}\n{s_err}");
+        assert_eq!(normalize(&s_out), normalize(&out), "{extra:?}\n{s_err}");
+        assert!(out.contains("5 keys differ"), "{out}");
+        assert!(
+            out.contains("28 rows in the source, 28 in the view"),
+            "{out}"
+        );
+    }
+    let (_, out, _) = run(&c, &["--wait-secs", "0"], true);
+    for needle in [
+        "differs: key {\"id\":3}\n  source: {\"id\":3,\"v\":\"changed\",\"n\":3}\n  view:   {\"id\":3,\"v\":\"w3\",\"n\":3}",
+        "missing in the source: key {\"id\":4}",
+        "missing in the source: key {\"id\":9}",
+        "missing in the view: key {\"id\":60}",
+        "missing in the view: key {\"id\":61}",
+    ] {
+        assert!(out.contains(needle), "{needle}\n{out}");
+    }
+    // Rows truncated away are in neither side.
+    assert!(!out.contains("\"v\":\"v3"), "{out}");
+    // The spill's directory (beside the log) is removed; a directory that cannot take it
+    // is named.
+    let left: Vec<_> = std::fs::read_dir(&c.dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("cdc-verify-spill")
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let (code, _, err) = run(
+        &c,
+        &["--wait-secs", "0", "--spill-dir", "/nonexistent/spill"],
+        true,
+    );
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("spilling to /nonexistent/spill"), "{err}");
+    let (code, _, err) = c.verify(&["--table", "public.spill", "--log", "--memory-mb", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    drop_slot(pg, &db).await;
+}
+
+/// Not run by default (minutes, and a measurement rather than a check): the peak RSS of
+/// `cdc verify --log` on a table of `CDC_VERIFY_ROWS` rows (default 1,000,000), with the
+/// default budget and with smaller ones that spill, each printed as
+/// `memory_mb=… rss_kb=… secs=…`:
+///
+///     CDC_VERIFY_ROWS=1000000 cargo test -p cdc-harness --test verify_log -- \
+///       --ignored verify_log_memory_on_a_large_table --nocapture
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn verify_log_memory_on_a_large_table() {
+    let rows: u64 = std::env::var("CDC_VERIFY_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let pg = PgServer::shared();
+    let db = database_with(
+        pg,
+        &format!(
+            "SET ROLE cdc;
+             CREATE TABLE big (id int PRIMARY KEY, v text NOT NULL, n int);
+             INSERT INTO big SELECT g, 'value ' || g, g FROM generate_series(1, {rows}) g;"
+        ),
+    )
+    .await;
+    let (_dir, mut c) = temp_connector(
+        pg,
+        &db,
+        &["public.big"],
+        "[snapshot]\nmode = \"initial_only\"\n",
+    );
+    c.start();
+    c.wait_records("t.public.big", rows, Duration::from_secs(3600))
+        .await;
+    let _ = c.stop();
+    let budgets = std::env::var("CDC_VERIFY_MB").unwrap_or_else(|_| "64,16,4".into());
+    // A profiler to run each verify under, e.g. `heaptrack -o DIR/heap`.
+    let wrap = std::env::var("CDC_VERIFY_WRAP").unwrap_or_default();
+    // More options of each verify, e.g. `--chunk-rows 1000`.
+    let extra = std::env::var("CDC_VERIFY_ARGS").unwrap_or_default();
+    for mb in budgets.split(',') {
+        let time = c.dir.join("time.txt");
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new("/usr/bin/time")
+            .arg("-f")
+            .arg("%M")
+            .arg("-o")
+            .arg(&time)
+            .args(wrap.split_whitespace())
+            .arg(env!("CARGO_BIN_EXE_cdc-e2e"))
+            .args(["verify", "--config"])
+            .arg(&c.config)
+            .args(["--table", "public.big", "--log", "--wait-secs", "0"])
+            .args(["--memory-mb", mb])
+            .args(extra.split_whitespace())
+            .env("CDC_LOG_LEVEL", "info")
+            .output()
+            .unwrap();
+        let secs = started.elapsed().as_secs_f64();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        for l in stderr.lines().filter(|l| l.contains("verify:")) {
+            println!("  {l}");
+        }
+        let rss = std::fs::read_to_string(&time).unwrap();
+        println!(
+            "memory_mb={mb} rss_kb={} secs={secs:.1} spilled={}",
+            rss.trim(),
+            stderr.contains("verify: spilled to")
+        );
+    }
     drop_slot(pg, &db).await;
 }

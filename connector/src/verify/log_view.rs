@@ -3,9 +3,10 @@
 //! through a read-only open, so it works while `cdc run` holds the log.
 //!
 //! Memory: the rebuilt table is only hashes — key hash → (row hash, the record's log
-//! time), about 40 bytes a key with the map's overhead. The values of the few keys that
-//! differ are read again by [`LogView::rows_of`] (another pass over the topic, keeping
-//! only those keys).
+//! time), about 40 bytes a key with the map's overhead — while that fits `--memory-mb`;
+//! past it the rebuild spills to bucket files on disk ([`super::spill`]) and is compared
+//! with the source bucket by bucket. The values of the few keys that differ are read
+//! again by [`LogView::rows_of`] (another pass over the topic, keeping only those keys).
 //!
 //! Truncates: a truncate record sits in one partition, while the table's keys are spread
 //! over all of them, whose records have no order between them but their log time. A
@@ -16,6 +17,7 @@
 //! a consumer group to reach the high watermarks (the busy-table re-check).
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +29,7 @@ use cdc_sinks::SinkRecord;
 use cdc_sources::verify::ReadMark;
 
 use super::compare::{hash_row, JsonRow};
+use super::spill::{Budget, Event, Rebuild, Smallest, Spill};
 use super::VerifyError;
 
 fn log_err(what: &str, e: cdc_log::LogError) -> VerifyError {
@@ -40,14 +43,24 @@ enum Seen {
     Truncate,
 }
 
+/// Where and when the log view spills.
+#[derive(Debug, Clone)]
+pub struct SpillPlan {
+    pub budget: Budget,
+    /// Where the temporary directory may go, in order of preference.
+    pub dirs: Vec<PathBuf>,
+}
+
 /// The table as the log has it, by hashes.
 pub struct LogView {
     log: Log,
     topic: String,
     table: TableId,
     decoder: Decoder,
-    /// Key hash → (row hash, log time of its latest record).
+    /// Key hash → (row hash, log time of its latest record) — while it fits the budget.
     map: HashMap<u64, (u64, i64)>,
+    /// Past the budget: the log's changes in bucket files (and `map` empty).
+    spill: Option<Spill>,
     /// Records read by the last pass.
     pub records_read: u64,
 }
@@ -60,6 +73,7 @@ impl LogView {
         topic: &str,
         table: &TableId,
         registry: Option<Arc<dyn SchemaRegistry>>,
+        plan: &SpillPlan,
     ) -> Result<LogView, VerifyError> {
         let mut v = LogView {
             log: log.clone(),
@@ -67,26 +81,65 @@ impl LogView {
             table: table.clone(),
             decoder: Decoder::new(registry),
             map: HashMap::new(),
+            spill: None,
             records_read: 0,
         };
-        let mut map = HashMap::new();
-        let mut truncated = i64::MIN;
-        v.scan(None, |seen, ts| match seen {
-            Seen::Upsert { key, after } => {
-                map.insert(hash_row(&key), (hash_row(&after), ts));
+        let mut rb = Rebuild::default();
+        let mut spill: Option<Spill> = None;
+        let name = table.to_string();
+        v.scan(None, |seen, ts, left| {
+            let ev = match seen {
+                Seen::Upsert { key, after } => Event::Upsert {
+                    key: hash_row(&key),
+                    row: hash_row(&after),
+                    ts,
+                },
+                Seen::Delete { key } => Event::Delete {
+                    key: hash_row(&key),
+                    ts,
+                },
+                Seen::Truncate => Event::Truncate { ts },
+            };
+            if let Some(s) = spill.as_mut() {
+                return s.log_event(ev);
             }
-            Seen::Delete { key } => {
-                map.remove(&hash_row(&key));
+            if matches!(ev, Event::Upsert { .. }) && !plan.budget.room_for_one(&rb.map) {
+                // Past the budget: the map so far and the rest of the log go to bucket
+                // files, enough of them for every record left being a new key.
+                let keys = rb.map.len() as u64 + left + 1;
+                let s = Spill::start(
+                    &plan.dirs,
+                    plan.budget,
+                    plan.budget.buckets_for(keys),
+                    &rb.map,
+                )?;
+                tracing::info!(
+                    table = %name,
+                    dir = %s.dir().display(),
+                    keys_in_memory = rb.map.len(),
+                    max_keys = plan.budget.max_keys,
+                    "verify: spilled to {} buckets", s.buckets()
+                );
+                rb.map = HashMap::new();
+                let s = spill.insert(s);
+                return s.log_event(ev);
             }
-            Seen::Truncate => {
-                map.retain(|_, (_, t)| *t > ts);
-                truncated = truncated.max(ts);
-            }
+            rb.apply(ev);
+            Ok(())
         })
         .await?;
-        map.retain(|_, (_, t)| *t >= truncated);
-        map.shrink_to_fit();
-        v.map = map;
+        match spill {
+            Some(mut s) => {
+                s.end_log(rb.truncated)?;
+                v.spill = Some(s);
+            }
+            None => {
+                let t = rb.truncated;
+                rb.finish(t);
+                rb.map.shrink_to_fit();
+                v.map = rb.map;
+            }
+        }
         Ok(v)
     }
 
@@ -101,9 +154,24 @@ impl LogView {
         self.map.remove(&hash_row(key)).map(|(h, _)| h)
     }
 
-    /// The hashes of the keys not taken.
-    pub fn remaining(&self) -> HashSet<u64> {
-        self.map.keys().copied().collect()
+    /// The keys not taken: the `cap` of smallest hash, ascending, and how many there are.
+    pub fn extras(&self, cap: usize) -> (Vec<u64>, u64) {
+        let mut s = Smallest::new(cap);
+        for &k in self.map.keys() {
+            s.push(k);
+        }
+        let n = s.pushed();
+        (s.into_sorted(), n)
+    }
+
+    /// The bucket files, when the rebuilt table did not fit the budget.
+    pub fn spill_mut(&mut self) -> Option<&mut Spill> {
+        self.spill.as_mut()
+    }
+
+    /// Takes the bucket files out (to compare them; their directory goes when dropped).
+    pub fn take_spill(&mut self) -> Option<Spill> {
+        self.spill.take()
     }
 
     /// Reads the log again (as durable now) for the keys with these hashes: each one's
@@ -117,27 +185,30 @@ impl LogView {
     ) -> Result<HashMap<u64, (JsonRow, Option<JsonRow>)>, VerifyError> {
         let mut found: HashMap<u64, (JsonRow, Option<JsonRow>, i64)> = HashMap::new();
         let mut truncated = i64::MIN;
-        self.scan(upto, |seen, ts| match seen {
-            Seen::Upsert { key, after } => {
-                let h = hash_row(&key);
-                if keys.contains(&h) {
-                    found.insert(h, (key, Some(after), ts));
-                }
-            }
-            Seen::Delete { key } => {
-                let h = hash_row(&key);
-                if keys.contains(&h) {
-                    found.insert(h, (key, None, ts));
-                }
-            }
-            Seen::Truncate => {
-                for (_, row, t) in found.values_mut() {
-                    if *t <= ts {
-                        *row = None;
+        self.scan(upto, |seen, ts, _| {
+            match seen {
+                Seen::Upsert { key, after } => {
+                    let h = hash_row(&key);
+                    if keys.contains(&h) {
+                        found.insert(h, (key, Some(after), ts));
                     }
                 }
-                truncated = truncated.max(ts);
+                Seen::Delete { key } => {
+                    let h = hash_row(&key);
+                    if keys.contains(&h) {
+                        found.insert(h, (key, None, ts));
+                    }
+                }
+                Seen::Truncate => {
+                    for (_, row, t) in found.values_mut() {
+                        if *t <= ts {
+                            *row = None;
+                        }
+                    }
+                    truncated = truncated.max(ts);
+                }
             }
+            Ok(())
         })
         .await?;
         Ok(found
@@ -147,11 +218,12 @@ impl LogView {
     }
 
     /// One pass over the topic up to `upto` (or its current high watermarks), partition
-    /// by partition, handing each change of the table to `f` with its log time.
+    /// by partition, handing each change of the table to `f` with its log time and how
+    /// many records at most are left to read after it.
     async fn scan(
         &mut self,
         upto: Option<&[u64]>,
-        mut f: impl FnMut(Seen, i64),
+        mut f: impl FnMut(Seen, i64, u64) -> Result<(), VerifyError>,
     ) -> Result<(), VerifyError> {
         tokio::task::block_in_place(|| self.log.refresh())
             .map_err(|e| log_err("reading the log", e))?;
@@ -160,11 +232,16 @@ impl LogView {
             return Ok(());
         };
         let name: Arc<str> = self.topic.as_str().into();
+        let hwms: Vec<u64> = (0..topic.partitions())
+            .map(|p| {
+                let now = topic.high_watermark(p).unwrap_or(0);
+                upto.and_then(|u| u.get(p as usize).copied())
+                    .map_or(now, |u| u.min(now))
+            })
+            .collect();
+        let planned: u64 = hwms.iter().sum();
         for p in 0..topic.partitions() {
-            let now = topic.high_watermark(p).unwrap_or(0);
-            let hwm = upto
-                .and_then(|u| u.get(p as usize).copied())
-                .map_or(now, |u| u.min(now));
+            let hwm = hwms[p as usize];
             let mut reader = self
                 .log
                 .reader(&self.topic, p, StartAt::Earliest)
@@ -211,7 +288,7 @@ impl LogView {
                         },
                         _ => continue,
                     };
-                    f(seen, r.timestamp);
+                    f(seen, r.timestamp, planned.saturating_sub(self.records_read))?;
                 }
             }
         }

@@ -18,8 +18,10 @@
 //! high watermarks of that moment; then the view's rows of those keys again. Up to three
 //! rounds while keys still differ; what differs after that is reported.
 //!
-//! Memory: one chunk of rows, the log view's ~40 bytes per key (or 8 bytes per key of
-//! ids seen, for a sink), and at most `--max-report` differences kept in full.
+//! Memory: one chunk of rows, the log view's ~40 bytes per key while that fits
+//! `--memory-mb` — past it the log's changes and the source's rows spill to bucket files
+//! and are compared bucket by bucket ([`spill`]) — (or 8 bytes per key of ids seen, for a
+//! sink), and at most `--max-report` differences kept in full.
 //!
 //! Exit codes: 0 equal, 1 different (or the verification failed), 2 usage or
 //! configuration errors (including a table that is not captured, has no key, or does not
@@ -30,6 +32,7 @@ pub mod log_view;
 pub mod recheck;
 pub mod sink_view;
 pub mod source;
+pub mod spill;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -43,9 +46,10 @@ use cdc_sinks::view::ColumnMap;
 
 use crate::config::Config;
 use compare::{hash_row, Difference, Differences};
-use log_view::LogView;
+use log_view::{LogView, SpillPlan};
 use sink_view::SinkView;
 use source::SourceSide;
+use spill::Budget;
 
 /// The command line of `cdc verify`.
 #[derive(Debug, clap::Args)]
@@ -72,6 +76,19 @@ pub struct VerifyArgs {
     /// Differences kept, re-checked and printed; more are only counted.
     #[arg(long, default_value_t = 1000)]
     pub max_report: usize,
+    /// Memory for the table rebuilt from the log (--log), in MiB: past it, the rebuild
+    /// and the source's rows spill to bucket files on disk and are compared bucket by
+    /// bucket.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub memory_mb: u32,
+    /// Where the spill's temporary directory goes (default: beside the log directory,
+    /// else the system's temporary directory). Removed at the end.
+    #[arg(long)]
+    pub spill_dir: Option<PathBuf>,
+    /// Spill once the rebuilt map holds this many keys (tests: forces spilling on a small
+    /// table).
+    #[arg(long, hide = true)]
+    pub spill_keys: Option<usize>,
 }
 
 /// Why a verification did not come to a verdict.
@@ -179,13 +196,20 @@ async fn verify(args: &VerifyArgs) -> Result<bool, VerifyError> {
     let counts = match view.as_mut() {
         Some(View::Sink(s)) => sink_pass(&mut source, s, args.chunk_rows, &mut diffs).await?,
         _ => {
-            let mut lv = LogView::build(&log, source.topic(), &table, registry(&config)).await?;
-            let counts = log_pass(&mut source, &mut lv, args.chunk_rows, &mut diffs).await?;
+            let plan = spill_plan(args, &config);
+            let mut lv =
+                LogView::build(&log, source.topic(), &table, registry(&config), &plan).await?;
+            let pass = log_pass(&mut source, &mut lv, args.chunk_rows, &mut diffs).await?;
+            // The source's consistent read ends before the (spilled) comparison.
+            source.end().await?;
+            let counts = log_finish(&mut lv, pass, &mut diffs).await?;
             view = Some(View::Log(lv));
             counts
         }
     };
-    source.end().await?;
+    if args.sink.is_some() {
+        source.end().await?;
+    }
     let mut view = view.expect("set above");
     tracing::info!(table = %table, source_rows = counts.source_rows, view_rows = counts.view_rows, differences = diffs.total(), "verify: first pass done");
     if !diffs.kept.is_empty() {
@@ -260,17 +284,46 @@ fn registry(config: &Config) -> Option<Arc<dyn SchemaRegistry>> {
         .map(|r| Arc::new(r) as Arc<dyn SchemaRegistry>)
 }
 
+/// Where `--log` spills, and past what.
+fn spill_plan(args: &VerifyArgs, config: &Config) -> SpillPlan {
+    let mut budget = Budget::from_mb(args.memory_mb as usize);
+    if let Some(n) = args.spill_keys {
+        budget = budget.with_keys(n);
+    }
+    let dirs = match &args.spill_dir {
+        Some(d) => vec![d.clone()],
+        None => {
+            // Beside the log (a disk sized for data; the system's temporary directory may
+            // be memory), else the system's.
+            let parent = match config.log.dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            vec![parent, std::env::temp_dir()]
+        }
+    };
+    SpillPlan { budget, dirs }
+}
+
+/// What the first pass against the log leaves to [`log_finish`].
+struct LogPass {
+    source_rows: u64,
+    /// Rows of the rebuilt table (in memory: before the pass took keys out of it).
+    view_rows: u64,
+    /// Keys whose view row is to be read back for the report.
+    unread: HashSet<u64>,
+}
+
 /// The first pass against the log: each source row's key taken out of the rebuilt table
-/// and its row hash compared; what is left is what the source lacks.
+/// and its row hash compared — or, spilled, the row written to its bucket.
 async fn log_pass(
     source: &mut SourceSide,
     lv: &mut LogView,
     chunk_rows: usize,
     diffs: &mut Differences,
-) -> Result<PassOne, VerifyError> {
+) -> Result<LogPass, VerifyError> {
     let view_rows = lv.rows();
     let mut source_rows = 0u64;
-    // Keys whose view row is to be read back for the report.
     let mut unread: HashSet<u64> = HashSet::new();
     loop {
         let chunk = source.next_chunk(chunk_rows).await?;
@@ -279,6 +332,10 @@ async fn log_pass(
         }
         for e in chunk {
             source_rows += 1;
+            if let Some(s) = lv.spill_mut() {
+                s.source_row(hash_row(&e.key), hash_row(&e.after), &e.key, &e.after)?;
+                continue;
+            }
             match lv.take(&e.key) {
                 Some(h) if h == hash_row(&e.after) => {}
                 Some(_) => {
@@ -291,11 +348,50 @@ async fn log_pass(
             }
         }
     }
-    // The view's rows of the keys that differ, and the rows the source lacks.
-    let extra = lv.remaining();
+    Ok(LogPass {
+        source_rows,
+        view_rows,
+        unread,
+    })
+}
+
+/// After the source's read: (spilled) the comparison bucket by bucket, giving the same
+/// differences in the same order as in memory — the source's first in source order;
+/// then the rows the source lacks (those of smallest key hash first, as many as there is
+/// room for), and the view's rows of the keys that differ, read back from the log.
+async fn log_finish(
+    lv: &mut LogView,
+    pass: LogPass,
+    diffs: &mut Differences,
+) -> Result<PassOne, VerifyError> {
+    let mut unread = pass.unread;
+    let (view_rows, extra, extras) = match lv.take_spill() {
+        None => {
+            let (extra, n) = lv.extras(diffs.cap());
+            (pass.view_rows, extra, n)
+        }
+        Some(mut s) => {
+            let found = s.compare(diffs.cap())?;
+            tracing::info!(
+                buckets = found.buckets,
+                view_rows = found.view_rows,
+                "verify: compared the spilled buckets"
+            );
+            diffs.more += found.source.dropped();
+            for (at, h, in_view) in found.source.into_sorted() {
+                let (key, after) = s.row_at(at)?;
+                if in_view {
+                    unread.insert(h);
+                }
+                diffs.push(Difference::new(key, Some(after), None));
+            }
+            let n = found.extras.pushed();
+            (found.view_rows, found.extras.into_sorted(), n)
+        }
+    };
     let room = diffs.cap().saturating_sub(diffs.kept.len());
-    let listed: HashSet<u64> = extra.iter().copied().take(room).collect();
-    diffs.more += (extra.len() - listed.len()) as u64;
+    let listed: Vec<u64> = extra.into_iter().take(room).collect();
+    diffs.more += extras - listed.len() as u64;
     let mut wanted = unread.clone();
     wanted.extend(listed.iter().copied());
     if !wanted.is_empty() {
@@ -313,7 +409,7 @@ async fn log_pass(
         }
     }
     Ok(PassOne {
-        source_rows,
+        source_rows: pass.source_rows,
         view_rows,
     })
 }

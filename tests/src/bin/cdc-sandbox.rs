@@ -253,6 +253,9 @@ async fn serve(
         chunk_rows: 10_000,
         wait_secs: 30,
         max_report: 20,
+        memory_mb: 64,
+        spill_dir: None,
+        spill_keys: None,
     })
     .await;
     // The connector stops on the same Ctrl-C; when the time is up, stop it like SIGTERM.

@@ -57,12 +57,17 @@ impl Connector {
 
     /// Runs `cdc verify --config <this config> <args>`: (exit code, stdout, stderr).
     pub fn verify(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        self.verify_logging("warn", args)
+    }
+
+    /// [`Connector::verify`] with `CDC_LOG_LEVEL` at `level` (its log lines on stderr).
+    pub fn verify_logging(&self, level: &str, args: &[&str]) -> (Option<i32>, String, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
             .arg("verify")
             .arg("--config")
             .arg(&self.config)
             .args(args)
-            .env("CDC_LOG_LEVEL", "warn")
+            .env("CDC_LOG_LEVEL", level)
             .output()
             .unwrap();
         (
