@@ -10,10 +10,14 @@
 //! Connect's `JsonConverter` writes for the same value (see [`crate::avro`]), so a view is
 //! the same whatever `[format] value` the connector used.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use cdc_schemas::registry::SchemaRegistry;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::{SinkError, SinkRecord};
@@ -86,7 +90,7 @@ pub struct Change {
     /// was asked to ([`Decoder::keep_after_json`]) and the record is JSON: a sink that
     /// stores the row as JSON writes these bytes as they are, without building and
     /// re-serializing a map. [`Change::parse_after`] turns it into `after`.
-    pub after_json: Option<Box<str>>,
+    pub after_json: Option<Bytes>,
     /// For a truncate of a topic of several partitions, which the connector writes to
     /// every partition: how many copies there are (its `cdc.truncate.partitions` header).
     /// 0 for anything else, and for a truncate written once (one partition, or a log of
@@ -115,7 +119,7 @@ impl Change {
     /// but an object would have been refused when the record was decoded.)
     pub fn parse_after(&mut self) {
         if let Some(text) = self.after_json.take() {
-            if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&text) {
+            if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(&text) {
                 self.after = Some(m);
             }
         }
@@ -152,12 +156,19 @@ pub enum DecodeError {
     Registry(SinkError),
 }
 
-/// Decodes records; keeps the Avro schemas it fetched from the registry, by id.
+/// Decodes records; keeps the Avro schemas it fetched from the registry, by id, and one
+/// shared copy of each schema and table name it met (so changes share their names instead
+/// of allocating them each).
 pub struct Decoder {
     registry: Option<Arc<dyn SchemaRegistry>>,
     schemas: HashMap<u32, Arc<apache_avro::Schema>>,
     keep_after_json: bool,
+    names: HashSet<Arc<str>>,
 }
+
+/// Past this many distinct names the set is started afresh (a log of very many tables
+/// must not grow it without bound; changes keep the names they hold).
+const MAX_NAMES: usize = 4096;
 
 impl Decoder {
     /// `registry` is needed for Avro records only; without one, an Avro record is
@@ -167,6 +178,7 @@ impl Decoder {
             registry,
             schemas: HashMap::new(),
             keep_after_json: false,
+            names: HashSet::new(),
         }
     }
 
@@ -179,51 +191,63 @@ impl Decoder {
 
     /// Reads `r` back as a change.
     pub async fn decode(&mut self, r: &SinkRecord) -> Result<Decoded, DecodeError> {
-        let Some(value) = r.value.as_deref() else {
+        let Some(value) = r.value.as_ref() else {
             return Ok(Decoded::Skip);
         };
-        let lean = if self.keep_after_json {
-            lean_envelope::<&serde_json::value::RawValue>(value)
-                .map(|(v, a)| (v, a.map(|a| After::Text(a.get().into()))))
-        } else {
-            lean_envelope::<Value>(value).map(|(v, a)| (v, a.map(After::Value)))
-        };
-        let (value, after) = match lean {
-            Some((v, a)) => (v, a),
-            None => {
-                let mut v = self.json_of(value).await?;
-                let a = v
-                    .as_object_mut()
-                    .and_then(|m| m.remove("after"))
-                    .map(After::Value);
-                (v, a)
-            }
-        };
         let key = match r.key.as_deref() {
-            Some(k) if !k.is_empty() => Some(self.json_of(k).await?),
+            Some(k) if !k.is_empty() => Some(self.key_of(k).await?),
             _ => None,
         };
-        from_envelope(r, key, value, after).map(|c| match c {
+        let c = if is_avro(value) {
+            let v = self.avro_of(value).await?;
+            self.from_value(r, key, v)?
+        } else if self.keep_after_json {
+            let mut env: Lean<&RawValue> = serde_json::from_slice(value)
+                .map_err(|e| malformed(r, &format!("not JSON and not Avro: {e}")))?;
+            let after = env.take_after().map(|a| {
+                // The raw value is a slice of the record's bytes: shared, not copied.
+                After::Text(value.slice_ref(a.get().as_bytes()))
+            });
+            self.from_envelope(r, key, env, after)?
+        } else {
+            let mut env: Lean<Value> = serde_json::from_slice(value)
+                .map_err(|e| malformed(r, &format!("not JSON and not Avro: {e}")))?;
+            let after = env.take_after().map(After::Value);
+            self.from_envelope(r, key, env, after)?
+        };
+        Ok(match c {
             Some(c) => Decoded::Change(Box::new(c)),
             None => Decoded::Skip,
         })
     }
 
-    /// JSON (with or without a `schema`/`payload` wrapper) or Confluent-framed Avro, as
-    /// a JSON value.
-    async fn json_of(&mut self, bytes: &[u8]) -> Result<Value, DecodeError> {
-        if bytes.len() >= 5 && bytes[0] == 0 {
-            let id = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
-            let schema = self.schema(id).await?;
-            let mut rest = &bytes[5..];
-            let v = apache_avro::from_avro_datum(&schema, &mut rest, None).map_err(|e| {
-                DecodeError::Malformed(format!("Avro datum of schema id {id} unreadable: {e}"))
-            })?;
-            return Ok(crate::avro::to_json(v));
+    /// The record key's fields: JSON (with or without a `schema`/`payload` wrapper) or
+    /// Confluent-framed Avro.
+    async fn key_of(&mut self, bytes: &[u8]) -> Result<Value, DecodeError> {
+        if is_avro(bytes) {
+            return self.avro_of(bytes).await;
         }
-        let v: Value = serde_json::from_slice(bytes)
-            .map_err(|e| DecodeError::Malformed(format!("not JSON and not Avro: {e}")))?;
-        Ok(unwrap_payload(v))
+        let m: Map<String, Value> = match serde_json::from_slice(bytes) {
+            Ok(m) => m,
+            // Not an object: the change says what it expected.
+            Err(_) => {
+                let v: Value = serde_json::from_slice(bytes)
+                    .map_err(|e| DecodeError::Malformed(format!("not JSON and not Avro: {e}")))?;
+                return Ok(v);
+            }
+        };
+        Ok(unwrap_payload(Value::Object(m)))
+    }
+
+    /// A Confluent-framed Avro datum as the JSON `JsonConverter` writes for it.
+    async fn avro_of(&mut self, bytes: &[u8]) -> Result<Value, DecodeError> {
+        let id = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]);
+        let schema = self.schema(id).await?;
+        let mut rest = &bytes[5..];
+        let v = apache_avro::from_avro_datum(&schema, &mut rest, None).map_err(|e| {
+            DecodeError::Malformed(format!("Avro datum of schema id {id} unreadable: {e}"))
+        })?;
+        Ok(crate::avro::to_json(v))
     }
 
     async fn schema(&mut self, id: u32) -> Result<Arc<apache_avro::Schema>, DecodeError> {
@@ -252,96 +276,235 @@ impl Decoder {
         self.schemas.insert(id, parsed.clone());
         Ok(parsed)
     }
+
+    /// The shared copy of `name`.
+    fn name(&mut self, name: &str) -> Arc<str> {
+        if let Some(n) = self.names.get(name) {
+            return n.clone();
+        }
+        if self.names.len() >= MAX_NAMES {
+            self.names.clear();
+        }
+        let n: Arc<str> = name.into();
+        self.names.insert(n.clone());
+        n
+    }
+
+    /// The change an envelope read as a JSON value describes (Avro records are).
+    fn from_value(
+        &mut self,
+        r: &SinkRecord,
+        key: Option<Value>,
+        mut v: Value,
+    ) -> Result<Option<Change>, DecodeError> {
+        let mut after = v.as_object_mut().and_then(|m| m.remove("after"));
+        let mut env = Lean::<Value>::deserialize(&v)
+            .map_err(|e| malformed(r, &format!("not a Debezium envelope: {e}")))?;
+        if let Some(a) = env.take_after() {
+            // It was wrapped in a `payload`.
+            after = Some(a);
+        }
+        self.from_envelope(r, key, env, after.map(After::Value))
+    }
+
+    /// The change an envelope describes, `None` when it describes none.
+    fn from_envelope<A>(
+        &mut self,
+        r: &SinkRecord,
+        key: Option<Value>,
+        env: Lean<'_, A>,
+        after: Option<After>,
+    ) -> Result<Option<Change>, DecodeError> {
+        let base = |op: Op, schema: Arc<str>, table: Arc<str>| Change {
+            topic: r.topic.clone(),
+            partition: r.partition,
+            offset: r.offset,
+            timestamp_ms: r.timestamp_ms,
+            op,
+            schema,
+            table,
+            key: Map::new(),
+            after: None,
+            after_json: None,
+            truncate_copies: 0,
+            source_ts_ms: None,
+            tx: None,
+            tx_end: None,
+        };
+        // A record of the transaction topic: {status, id, event_count, data_collections}.
+        if let Some(status) = env.status {
+            if status == "BEGIN" {
+                return Ok(None);
+            }
+            if status != "END" {
+                return Err(malformed(r, "transaction status is neither BEGIN nor END"));
+            }
+            let Some(id) = env.id else {
+                return Err(malformed(r, "transaction END without an id"));
+            };
+            let event_count = env
+                .event_count
+                .ok_or_else(|| malformed(r, "transaction END without event_count"))?;
+            let mut data_collections = Vec::new();
+            for dc in env.data_collections.unwrap_or_default() {
+                match (dc.data_collection, dc.event_count) {
+                    (Some(name), Some(n)) => data_collections.push((name.into_owned(), n)),
+                    _ => return Err(malformed(r, "transaction END data_collections entry")),
+                }
+            }
+            let mut c = base(Op::TxEnd, "".into(), "".into());
+            c.tx_end = Some(TxEnd {
+                id: id.as_ref().into(),
+                event_count,
+                data_collections,
+            });
+            return Ok(Some(c));
+        }
+        let op = match env.op.as_deref() {
+            Some("c") => Op::Create,
+            Some("r") => Op::Read,
+            Some("u") => Op::Update,
+            Some("d") => Op::Delete,
+            Some("t") => Op::Truncate,
+            // A logical decoding message, a heartbeat: not a row change.
+            Some("m") => return Ok(None),
+            Some(_) => return Err(malformed(r, "unknown op")),
+            // Schema-change and heartbeat records have no `op`.
+            None => return Ok(None),
+        };
+        let Some(source) = env.source else {
+            return Err(malformed(r, "no source block"));
+        };
+        let schema = self.name(source.schema.or(source.db).as_deref().unwrap_or(""));
+        let Some(table) = source.table else {
+            return Err(malformed(r, "the source block has no table"));
+        };
+        let table = self.name(&table);
+        let mut c = base(op, schema, table);
+        c.source_ts_ms = source.ts_ms;
+        if let Some(LeanTx {
+            id: Some(id),
+            total_order: Some(t),
+            data_collection_order: Some(d),
+        }) = env.transaction
+        {
+            c.tx = Some(TxInfo {
+                id: id.as_ref().into(),
+                total_order: t,
+                data_collection_order: d,
+            });
+        }
+        if op == Op::Truncate {
+            c.truncate_copies = r
+                .headers
+                .iter()
+                .find(|(k, _)| k == cdc_schemas::encode::HEADER_TRUNCATE_PARTITIONS)
+                .and_then(|(_, v)| std::str::from_utf8(v.as_deref()?).ok()?.parse().ok())
+                .unwrap_or(0);
+            return Ok(Some(c));
+        }
+        c.key = match key {
+            Some(Value::Object(k)) => k,
+            Some(_) => return Err(malformed(r, "the key is not an object")),
+            None => {
+                return Err(malformed(
+                    r,
+                    "a row change without a key (a table without a primary key: give it one, or set source.message_key_columns)",
+                ))
+            }
+        };
+        if op.upserts() {
+            match after {
+                Some(After::Value(Value::Object(a))) => c.after = Some(a),
+                // The text of a JSON object (a `RawValue` is valid JSON; its first byte says
+                // which kind).
+                Some(After::Text(t)) if t.first() == Some(&b'{') => c.after_json = Some(t),
+                _ => return Err(malformed(r, "a create/read/update without an after-image")),
+            }
+        }
+        Ok(Some(c))
+    }
 }
 
-/// An envelope's `after`: parsed, or its JSON text.
+/// Confluent's wire format: a zero byte, then the schema id.
+fn is_avro(bytes: &[u8]) -> bool {
+    bytes.len() >= 5 && bytes[0] == 0
+}
+
+/// An envelope's `after`: parsed, or its JSON text (a slice of the record's value).
 enum After {
     Value(Value),
-    Text(Box<str>),
+    Text(Bytes),
 }
 
-/// The parts of a JSON envelope a sink uses; everything else (`before`, most of
-/// `source`, a `schema` beside the `payload`) is skipped by the parser without building
-/// values for it, which is most of the work of reading a change. `A`: how `after` is
-/// read (a [`Value`], or its text as a borrowed `RawValue`).
+/// The parts of a Debezium envelope a sink uses, typed; everything else (`before`, most
+/// of `source`, a `schema` beside the `payload`) is skipped by the parser without building
+/// values for it, which is most of the work of reading a change. `A`: how `after` is read
+/// (a [`Value`], or its text as a borrowed [`RawValue`]). The same struct reads a JSON
+/// record's bytes and an Avro record's JSON form, so both decode alike.
 #[derive(serde::Deserialize)]
 #[serde(bound(deserialize = "A: serde::Deserialize<'de>"))]
 struct Lean<'a, A> {
     #[serde(borrow, default)]
-    op: Option<std::borrow::Cow<'a, str>>,
+    op: Option<Cow<'a, str>>,
     #[serde(default = "Option::default")]
     after: Option<A>,
     #[serde(borrow, default)]
     source: Option<LeanSource<'a>>,
-    #[serde(default)]
-    transaction: Option<Value>,
+    #[serde(borrow, default)]
+    transaction: Option<LeanTx<'a>>,
     /// JsonConverter with schemas: the envelope is here.
     #[serde(borrow, default = "Option::default")]
     payload: Option<Box<Lean<'a, A>>>,
-    // A transaction record.
+    // A record of the transaction topic.
+    #[serde(borrow, default)]
+    status: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
     #[serde(default)]
-    status: Option<Value>,
-    #[serde(default)]
-    id: Option<Value>,
-    #[serde(default)]
-    event_count: Option<Value>,
-    #[serde(default)]
-    data_collections: Option<Value>,
+    event_count: Option<u64>,
+    #[serde(borrow, default)]
+    data_collections: Option<Vec<LeanCollection<'a>>>,
+}
+
+impl<'a, A> Lean<'a, A> {
+    /// The envelope (unwrapped from a `payload`) without its `after`, and the `after`.
+    fn take_after(&mut self) -> Option<A> {
+        if let Some(p) = self.payload.take() {
+            *self = *p;
+        }
+        self.after.take()
+    }
 }
 
 #[derive(serde::Deserialize)]
 struct LeanSource<'a> {
     #[serde(borrow, default)]
-    schema: Option<std::borrow::Cow<'a, str>>,
+    schema: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    db: Option<std::borrow::Cow<'a, str>>,
+    db: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    table: Option<std::borrow::Cow<'a, str>>,
+    table: Option<Cow<'a, str>>,
     #[serde(default)]
     ts_ms: Option<i64>,
 }
 
-/// A JSON envelope as the value [`from_envelope`] reads, holding only what it reads, and
-/// its `after` apart; `None` for anything else (Avro, or not an object), which the general
-/// path handles.
-fn lean_envelope<'a, A: serde::Deserialize<'a>>(bytes: &'a [u8]) -> Option<(Value, Option<A>)> {
-    if bytes.first() != Some(&b'{') {
-        return None;
-    }
-    let mut lean: Lean<'a, A> = serde_json::from_slice(bytes).ok()?;
-    if let Some(p) = lean.payload.take() {
-        lean = *p;
-    }
-    let mut m = Map::new();
-    let mut put = |k: &str, v: Option<Value>| {
-        if let Some(v) = v {
-            m.insert(k.to_string(), v);
-        }
-    };
-    put("op", lean.op.map(|o| Value::String(o.into_owned())));
-    put("transaction", lean.transaction);
-    put("status", lean.status);
-    put("id", lean.id);
-    put("event_count", lean.event_count);
-    put("data_collections", lean.data_collections);
-    if let Some(src) = lean.source {
-        let mut sm = Map::new();
-        let text = |c: std::borrow::Cow<'_, str>| Value::String(c.into_owned());
-        if let Some(x) = src.schema {
-            sm.insert("schema".into(), text(x));
-        }
-        if let Some(x) = src.db {
-            sm.insert("db".into(), text(x));
-        }
-        if let Some(x) = src.table {
-            sm.insert("table".into(), text(x));
-        }
-        if let Some(x) = src.ts_ms {
-            sm.insert("ts_ms".into(), x.into());
-        }
-        m.insert("source".into(), Value::Object(sm));
-    }
-    Some((Value::Object(m), lean.after))
+#[derive(serde::Deserialize)]
+struct LeanTx<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    total_order: Option<u64>,
+    #[serde(default)]
+    data_collection_order: Option<u64>,
+}
+
+#[derive(serde::Deserialize)]
+struct LeanCollection<'a> {
+    #[serde(borrow, default)]
+    data_collection: Option<Cow<'a, str>>,
+    #[serde(default)]
+    event_count: Option<u64>,
 }
 
 /// `{"schema": …, "payload": p}` (JsonConverter with schemas) is `p`.
@@ -362,138 +525,6 @@ fn malformed(r: &SinkRecord, what: &str) -> DecodeError {
         "record {}[{}]@{}: {what}",
         r.topic, r.partition, r.offset
     ))
-}
-
-/// The change an envelope describes, `None` when it describes none.
-fn from_envelope(
-    r: &SinkRecord,
-    key: Option<Value>,
-    value: Value,
-    after: Option<After>,
-) -> Result<Option<Change>, DecodeError> {
-    let Value::Object(mut v) = value else {
-        return Err(malformed(r, "the value is not an object"));
-    };
-    let base = |op: Op, schema: Arc<str>, table: Arc<str>| Change {
-        topic: r.topic.clone(),
-        partition: r.partition,
-        offset: r.offset,
-        timestamp_ms: r.timestamp_ms,
-        op,
-        schema,
-        table,
-        key: Map::new(),
-        after: None,
-        after_json: None,
-        truncate_copies: 0,
-        source_ts_ms: None,
-        tx: None,
-        tx_end: None,
-    };
-    // A record of the transaction topic: {status, id, event_count, data_collections}.
-    if let Some(Value::String(status)) = v.get("status") {
-        if status == "BEGIN" {
-            return Ok(None);
-        }
-        if status != "END" {
-            return Err(malformed(r, "transaction status is neither BEGIN nor END"));
-        }
-        let id: Arc<str> = match v.get("id") {
-            Some(Value::String(s)) => s.as_str().into(),
-            _ => return Err(malformed(r, "transaction END without an id")),
-        };
-        let event_count = v
-            .get("event_count")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| malformed(r, "transaction END without event_count"))?;
-        let mut data_collections = Vec::new();
-        if let Some(Value::Array(a)) = v.get("data_collections") {
-            for dc in a {
-                let name = dc.get("data_collection").and_then(Value::as_str);
-                let n = dc.get("event_count").and_then(Value::as_u64);
-                match (name, n) {
-                    (Some(name), Some(n)) => data_collections.push((name.to_string(), n)),
-                    _ => return Err(malformed(r, "transaction END data_collections entry")),
-                }
-            }
-        }
-        let mut c = base(Op::TxEnd, "".into(), "".into());
-        c.tx_end = Some(TxEnd {
-            id,
-            event_count,
-            data_collections,
-        });
-        return Ok(Some(c));
-    }
-    let op = match v.get("op").and_then(Value::as_str) {
-        Some("c") => Op::Create,
-        Some("r") => Op::Read,
-        Some("u") => Op::Update,
-        Some("d") => Op::Delete,
-        Some("t") => Op::Truncate,
-        // A logical decoding message, a heartbeat: not a row change.
-        Some("m") => return Ok(None),
-        Some(_) => return Err(malformed(r, "unknown op")),
-        None => {
-            // Schema-change and heartbeat records have no `op`.
-            return Ok(None);
-        }
-    };
-    let Some(Value::Object(source)) = v.remove("source") else {
-        return Err(malformed(r, "no source block"));
-    };
-    let schema = source
-        .get("schema")
-        .or_else(|| source.get("db"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let Some(table) = source.get("table").and_then(Value::as_str) else {
-        return Err(malformed(r, "the source block has no table"));
-    };
-    let mut c = base(op, schema.into(), table.into());
-    c.source_ts_ms = source.get("ts_ms").and_then(Value::as_i64);
-    if let Some(Value::Object(tx)) = v.get("transaction") {
-        if let (Some(id), Some(t), Some(d)) = (
-            tx.get("id").and_then(Value::as_str),
-            tx.get("total_order").and_then(Value::as_u64),
-            tx.get("data_collection_order").and_then(Value::as_u64),
-        ) {
-            c.tx = Some(TxInfo {
-                id: id.into(),
-                total_order: t,
-                data_collection_order: d,
-            });
-        }
-    }
-    if op == Op::Truncate {
-        c.truncate_copies = r
-            .headers
-            .iter()
-            .find(|(k, _)| k == cdc_schemas::encode::HEADER_TRUNCATE_PARTITIONS)
-            .and_then(|(_, v)| std::str::from_utf8(v.as_deref()?).ok()?.parse().ok())
-            .unwrap_or(0);
-        return Ok(Some(c));
-    }
-    c.key = match key {
-        Some(Value::Object(k)) => k,
-        Some(_) => return Err(malformed(r, "the key is not an object")),
-        None => {
-            return Err(malformed(
-                r,
-                "a row change without a key (a table without a primary key: give it one, or set source.message_key_columns)",
-            ))
-        }
-    };
-    if op.upserts() {
-        match after {
-            Some(After::Value(Value::Object(a))) => c.after = Some(a),
-            // The text of a JSON object (a `RawValue` is valid JSON; its first byte says
-            // which kind).
-            Some(After::Text(t)) if t.starts_with('{') => c.after_json = Some(t),
-            _ => return Err(malformed(r, "a create/read/update without an after-image")),
-        }
-    }
-    Ok(Some(c))
 }
 
 #[cfg(test)]
@@ -624,10 +655,12 @@ mod tests {
         }
     }
 
-    /// The lean reading of a JSON envelope gives the change the full one gives, with and
-    /// without a schema wrapper, for row changes, truncates, END records and the rest.
+    /// Every way of reading an envelope gives the same change: JSON with the after-image
+    /// parsed or kept as text (then parsed), with and without a schema wrapper, and the
+    /// JSON value an Avro record is read as; for row changes, truncates, END records and
+    /// the rest.
     #[test]
-    fn the_lean_envelope_reads_what_the_full_one_does() {
+    fn every_reading_of_an_envelope_gives_the_same_change() {
         let row = r#"{"before":{"id":3,"v":"old"},"after":{"id":3,"v":"x\"y","n":null},"source":{"version":"1","connector":"postgresql","name":"app","ts_ms":17,"snapshot":"false","db":"d","schema":"public","table":"t","lsn":5},"transaction":{"id":"9:5","total_order":2,"data_collection_order":1},"op":"u","ts_ms":18}"#;
         let my = r#"{"before":null,"after":{"id":1},"source":{"db":"shop","table":"orders","ts_ms":1},"op":"c"}"#;
         let del =
@@ -636,33 +669,50 @@ mod tests {
         let end = r#"{"status":"END","id":"9:5","event_count":2,"data_collections":[{"data_collection":"public.t","event_count":2}]}"#;
         let other =
             r#"{"op":"m","source":{"schema":"public","table":""},"message":{"prefix":"p"}}"#;
+        let escaped = r#"{"after":{"id":1},"source":{"schema":"p\u0075b","table":"t\"q"},"op":"c","transaction":null}"#;
         let wrapped = format!(r#"{{"schema":{{"type":"struct","fields":[]}},"payload":{row}}}"#);
-        for v in [row, my, del, trunc, end, other, wrapped.as_str()] {
+        for v in [row, my, del, trunc, end, other, escaped, wrapped.as_str()] {
             let r = rec(Some(r#"{"id":3}"#), Some(v));
-            let key = Some(serde_json::json!({"id": 3}));
-            let mut full = unwrap_payload(serde_json::from_str(v).unwrap());
-            let full_after = full
-                .as_object_mut()
-                .and_then(|m| m.remove("after"))
-                .map(After::Value);
-            let want = format!("{:?}", from_envelope(&r, key.clone(), full, full_after));
-            let (lean, after) = lean_envelope::<Value>(v.as_bytes()).expect("read lean");
-            let got = from_envelope(&r, key.clone(), lean, after.map(After::Value));
-            assert_eq!(format!("{got:?}"), want, "{v}");
-            // The after-image kept as text: the same change once parsed, and the text is
-            // the record's own bytes.
-            let (lean, after) =
-                lean_envelope::<&serde_json::value::RawValue>(v.as_bytes()).expect("read raw");
-            let after = after.map(|a| After::Text(a.get().into()));
-            let mut got = from_envelope(&r, key, lean, after).unwrap();
-            if let Some(c) = got.as_mut() {
+            let want = format!("{:?}", decode(&r).unwrap());
+            let mut text = Decoder::new(None);
+            text.keep_after_json(true);
+            let mut got = futures_executor(text.decode(&r)).unwrap();
+            if let Decoded::Change(c) = &mut got {
                 if let Some(t) = &c.after_json {
-                    assert!(v.contains(&**t), "{t} is a slice of {v}");
+                    let t = std::str::from_utf8(t).unwrap();
+                    assert!(v.contains(t), "{t} is a slice of {v}");
                 }
                 c.parse_after();
             }
-            assert_eq!(format!("{:?}", Ok::<_, DecodeError>(got)), want, "{v}");
+            assert_eq!(format!("{got:?}"), want, "{v}");
+            let value = unwrap_payload(serde_json::from_str(v).unwrap());
+            let got = Decoder::new(None)
+                .from_value(&r, Some(serde_json::json!({"id": 3})), value)
+                .unwrap();
+            let got = match got {
+                Some(c) => Decoded::Change(Box::new(c)),
+                None => Decoded::Skip,
+            };
+            assert_eq!(format!("{got:?}"), want, "{v}");
         }
-        assert!(lean_envelope::<Value>(b"\x00\x00\x00\x00\x01avro").is_none());
+        let Decoded::Change(c) = decode(&rec(Some(r#"{"id":1}"#), Some(escaped))).unwrap() else {
+            panic!()
+        };
+        assert_eq!((&*c.schema, &*c.table), ("pub", "t\"q"));
+    }
+
+    /// Changes of one table share its names.
+    #[test]
+    fn names_are_shared() {
+        let v = r#"{"after":{"id":1},"source":{"schema":"public","table":"t"},"op":"c"}"#;
+        let mut d = Decoder::new(None);
+        let r = rec(Some(r#"{"id":1}"#), Some(v));
+        let (Decoded::Change(a), Decoded::Change(b)) = (
+            futures_executor(d.decode(&r)).unwrap(),
+            futures_executor(d.decode(&r)).unwrap(),
+        ) else {
+            panic!()
+        };
+        assert!(Arc::ptr_eq(&a.table, &b.table) && Arc::ptr_eq(&a.schema, &b.schema));
     }
 }

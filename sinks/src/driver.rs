@@ -55,6 +55,9 @@ pub struct Prepare {
     pub columns: ColumnMap,
     /// Whether the sink wants transaction END records ([`Op::TxEnd`]).
     pub tx_ends: bool,
+    /// The table of the last change and whether `tables` includes it (changes come in
+    /// runs of one table; the decoder shares names, so this is mostly a pointer test).
+    last_table: Option<(Arc<str>, Arc<str>, bool)>,
 }
 
 impl Prepare {
@@ -69,6 +72,7 @@ impl Prepare {
             tables,
             columns,
             tx_ends,
+            last_table: None,
         }
     }
 
@@ -81,13 +85,25 @@ impl Prepare {
         if c.op == Op::TxEnd {
             return Ok(self.tx_ends.then_some(c));
         }
-        let id = cdc_schemas::TableId::new(c.schema.as_ref(), c.table.as_ref());
-        if !self.tables.includes(&id) {
+        let included = match &self.last_table {
+            Some((s, t, inc)) if same(s, &c.schema) && same(t, &c.table) => *inc,
+            _ => {
+                let id = cdc_schemas::TableId::new(c.schema.as_ref(), c.table.as_ref());
+                let inc = self.tables.includes(&id);
+                self.last_table = Some((c.schema.clone(), c.table.clone(), inc));
+                inc
+            }
+        };
+        if !included {
             return Ok(None);
         }
         self.columns.apply(&mut c);
         Ok(Some(c))
     }
+}
+
+fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
 }
 
 /// What a driver run did.

@@ -31,7 +31,12 @@ psqlq() { "$pgbin/psql" -X -q -v ON_ERROR_STOP=1 -At "$@"; }
 rm -rf "$work"; mkdir -p "$work"
 cleanup() {
   [ -n "${cdc_pid:-}" ] && kill -TERM "$cdc_pid" 2>/dev/null && wait "$cdc_pid" 2>/dev/null || true
-  [ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null || true
+  # Waited for: a run right after this one must not find this server still on the port.
+  if [ -f "$work/redis.pid" ]; then
+    rpid=$(cat "$work/redis.pid")
+    kill "$rpid" 2>/dev/null || true
+    while kill -0 "$rpid" 2>/dev/null; do sleep 0.05; done
+  fi
   psqlq -c "select pg_drop_replication_slot('lat_slot') from pg_replication_slots where slot_name = 'lat_slot'" >/dev/null 2>&1 || true
 }
 trap cleanup EXIT

@@ -91,7 +91,9 @@ case "$target" in
     port=${REDIS_PORT:-56379}
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
       --daemonize yes --logfile "$work/redis.log" --pidfile "$work/redis.pid"
-    trap 'kill "$(cat "$work/redis.pid")" 2>/dev/null || true' EXIT
+    # Waited for, so that a run right after this one does not find it still on the port.
+    trap 'rpid=$(cat "$work/redis.pid" 2>/dev/null) && kill "$rpid" 2>/dev/null &&
+      while kill -0 "$rpid" 2>/dev/null; do sleep 0.05; done; true' EXIT
     until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
     extract
     python3 - "$work/changes.jsonl" >"$work/commands.resp" <<'EOF'

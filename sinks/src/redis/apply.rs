@@ -89,7 +89,8 @@ pub(crate) fn field_text(v: &Value) -> Vec<u8> {
 }
 
 enum What {
-    Json(Vec<u8>),
+    /// The row's JSON text (shared with the change, not copied).
+    Json(bytes::Bytes),
     Hash(Vec<(String, Vec<u8>)>),
     Delete,
     Truncate,
@@ -173,12 +174,12 @@ impl ChunkPlan {
                 (Op::Truncate, _, _) => What::Truncate,
                 // The record's own JSON text (the decoder kept it: a JSON value sink).
                 (op, _, Some(text)) if op.upserts() && cfg.mode == Mode::Upsert => {
-                    What::Json(text.as_bytes().to_vec())
+                    What::Json(text.clone())
                 }
                 (op, Some(after), _) if op.upserts() && cfg.mode == Mode::Upsert => {
                     match cfg.value {
                         ValueKind::Json => {
-                            What::Json(serde_json::to_vec(after).unwrap_or_default())
+                            What::Json(serde_json::to_vec(after).unwrap_or_default().into())
                         }
                         ValueKind::Hash => What::Hash(
                             after
