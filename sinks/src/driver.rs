@@ -9,10 +9,16 @@
 //! (0.5 s doubling to 30 s) from the same place and logged once per streak; a definite
 //! one returns. Records held while the sink asks for more (a transaction not yet
 //! complete) are bounded by [`DriverOptions::max_pending_bytes`].
+//!
+//! Offsets are committed at most every [`DriverOptions::commit_interval`] while records
+//! keep coming, and at once when the log has nothing more for now, and at shutdown: a
+//! commit is a durable write (two fsyncs for the embedded log), and one per batch cost
+//! the drain more than applying it. What a crash then replays (at most an interval's
+//! records) has its effect once, as any replay does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cdc_schemas::filter::TableFilter;
 use cdc_schemas::registry::SchemaRegistry;
@@ -34,6 +40,8 @@ pub struct DriverOptions {
     pub poll_wait: Duration,
     pub min_backoff: Duration,
     pub max_backoff: Duration,
+    /// The longest a delivered position waits for its commit while records keep coming.
+    pub commit_interval: Duration,
 }
 
 impl Default for DriverOptions {
@@ -44,6 +52,7 @@ impl Default for DriverOptions {
             poll_wait: Duration::from_millis(500),
             min_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(30),
+            commit_interval: Duration::from_secs(1),
         }
     }
 }
@@ -162,6 +171,56 @@ impl Pending {
     }
 }
 
+/// Records read, and decoded, while a batch is being delivered.
+#[derive(Default)]
+struct Ahead {
+    records: Vec<SinkRecord>,
+    /// Records `..decoded` have been prepared (all of them, unless the registry could
+    /// not be reached: the main loop then decodes the rest, retrying).
+    decoded: usize,
+    /// Changes and the index of their record in `records`.
+    changes: Vec<(Change, usize)>,
+    undecodable: Vec<(usize, String)>,
+}
+
+impl Ahead {
+    /// Takes what the log has now (no waiting) and prepares it. A failed poll is left to
+    /// the main loop's next poll, which retries it.
+    async fn read<C: LogConsumer>(&mut self, consumer: &mut C, prepare: &mut Prepare, max: usize) {
+        let Ok(records) = consumer.poll(max, Duration::ZERO).await else {
+            return;
+        };
+        self.records = records;
+        while self.decoded < self.records.len() {
+            let i = self.decoded;
+            match prepare.prepare(&self.records[i]).await {
+                Ok(Some(c)) => self.changes.push((c, i)),
+                Ok(None) => {}
+                Err(DecodeError::Malformed(why)) => self.undecodable.push((i, why)),
+                Err(DecodeError::Registry(_)) => break,
+            }
+            self.decoded += 1;
+        }
+    }
+
+    /// Appends to `p`, which had decoded all it held.
+    fn append_to(self, p: &mut Pending) {
+        if self.records.is_empty() {
+            return;
+        }
+        let base = p.records.len();
+        debug_assert_eq!(p.decoded, base);
+        p.push(self.records);
+        p.decoded = base + self.decoded;
+        for (c, i) in self.changes {
+            p.changes.push(c);
+            p.change_record.push(base + i);
+        }
+        p.undecodable
+            .extend(self.undecodable.into_iter().map(|(i, why)| (base + i, why)));
+    }
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -186,9 +245,17 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
     // Whether the sink asked for more records before it can deliver what it has.
     let mut wants_more = true;
     let mut last_applied_ms: Option<i64> = None;
+    // Delivered and not yet committed: per partition, the next offset.
+    let mut uncommitted: BTreeMap<TopicPartition, u64> = BTreeMap::new();
+    let mut last_commit = Instant::now();
     metrics.up.set(1);
     loop {
         if *shutdown.borrow() {
+            // Best effort: what is not committed is replayed, with its effect once.
+            if let Err(e) = commit(consumer, &mut uncommitted, &mut stats, metrics).await {
+                tracing::warn!(error = %e, "sink: the last offsets could not be committed at shutdown; they will be replayed");
+            }
+            report_lag(consumer, metrics, None, last_applied_ms);
             return Ok(stats);
         }
         report_lag(
@@ -198,8 +265,11 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
             last_applied_ms,
         );
         if (wants_more || p.records.is_empty()) && p.bytes < opts.max_pending_bytes {
-            // With records in hand, only take what is already there.
-            let wait = if p.changes.is_empty() {
+            // With records in hand, only take what is already there; with a position to
+            // commit, nothing more to read means now is the time to commit it.
+            let wait = if !uncommitted.is_empty() {
+                Duration::ZERO
+            } else if p.changes.is_empty() {
                 opts.poll_wait
             } else {
                 Duration::from_millis(50)
@@ -211,6 +281,20 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
                 r = consumer.poll(opts.max_poll_bytes, wait) => r,
             };
             match polled {
+                Ok(records) if records.is_empty() && !uncommitted.is_empty() => {
+                    commit_retrying(
+                        consumer,
+                        &mut uncommitted,
+                        &mut stats,
+                        metrics,
+                        &mut retry,
+                        &mut shutdown,
+                    )
+                    .await?;
+                    last_commit = Instant::now();
+                    report_lag(consumer, metrics, None, last_applied_ms);
+                    continue;
+                }
                 Ok(records) => p.push(records),
                 Err(e) => {
                     retry.after(e, &mut stats, &mut shutdown).await?;
@@ -242,14 +326,25 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
             // Nothing to apply in what was read: it is all passed over.
             (p.decoded, 0, Vec::new())
         } else {
-            let d = match sink.deliver(&p.changes).await {
+            // While the target applies this batch, the next one is read and decoded (the
+            // target's work and ours overlap instead of taking turns).
+            let in_hand = p.changes.len();
+            let mut ahead = Ahead::default();
+            let read_ahead = p.decoded == p.records.len() && p.bytes < opts.max_pending_bytes;
+            let (d, ()) = tokio::join!(sink.deliver(&p.changes), async {
+                if read_ahead {
+                    ahead.read(consumer, prepare, opts.max_poll_bytes).await;
+                }
+            });
+            ahead.append_to(&mut p);
+            let d = match d {
                 Ok(d) => d,
                 Err(e) => {
                     retry.after(e, &mut stats, &mut shutdown).await?;
                     continue;
                 }
             };
-            let upto = d.upto.min(p.changes.len());
+            let upto = d.upto.min(in_hand);
             if upto == 0 {
                 // The sink waits for more (the rest of a transaction); when no more can
                 // be held, or nothing more came, back off a little.
@@ -274,7 +369,7 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
                 .map(|(i, why)| (p.records[p.change_record[i]].clone(), why))
                 .collect();
             letters.sort_by_key(|(r, _)| (r.topic.clone(), r.partition, r.offset));
-            wants_more = upto < p.changes.len();
+            wants_more = upto < in_hand;
             (n_records, upto, letters)
         };
         letters.extend(
@@ -308,27 +403,27 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
             stats.dead_letters += letters.len() as u64;
             metrics.dead_letters.add(letters.len() as u64);
         }
-        let offsets = next_offsets(&p.records[..n_records]);
-        // The commit is retried on its own: the changes are applied, and applying them
-        // again would be a needless replay.
-        loop {
-            match consumer.commit(&offsets).await {
-                Ok(()) => break,
-                Err(e) => {
-                    retry.after(e, &mut stats, &mut shutdown).await?;
-                    if *shutdown.borrow() {
-                        return Ok(stats);
-                    }
-                }
-            }
+        for (tp, o) in next_offsets(&p.records[..n_records]) {
+            let e = uncommitted.entry(tp).or_insert(0);
+            *e = (*e).max(o);
+        }
+        if last_commit.elapsed() >= opts.commit_interval {
+            commit_retrying(
+                consumer,
+                &mut uncommitted,
+                &mut stats,
+                metrics,
+                &mut retry,
+                &mut shutdown,
+            )
+            .await?;
+            last_commit = Instant::now();
         }
         if let Some(last) = p.records[..n_records].iter().map(|r| r.timestamp_ms).max() {
             last_applied_ms = Some(last);
         }
         stats.delivered += n_changes as u64;
-        stats.commits += 1;
         metrics.applied.add(n_changes as u64);
-        metrics.commits.inc();
         p.drain(n_records, n_changes);
         report_lag(
             consumer,
@@ -337,6 +432,49 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
             last_applied_ms,
         );
         retry.succeeded(&stats);
+    }
+}
+
+/// Commits `uncommitted` (emptied once it is durable).
+async fn commit<C: LogConsumer>(
+    consumer: &mut C,
+    uncommitted: &mut BTreeMap<TopicPartition, u64>,
+    stats: &mut DriverStats,
+    metrics: &SinkMetrics,
+) -> Result<(), SinkError> {
+    if uncommitted.is_empty() {
+        return Ok(());
+    }
+    let offsets: Vec<(TopicPartition, u64)> =
+        uncommitted.iter().map(|(tp, o)| (tp.clone(), *o)).collect();
+    consumer.commit(&offsets).await?;
+    uncommitted.clear();
+    stats.commits += 1;
+    metrics.commits.inc();
+    Ok(())
+}
+
+/// [`commit`], retried on its own through transient failures: the changes are applied,
+/// and applying them again would be a needless replay. A shutdown meanwhile returns
+/// (the loop's shutdown check commits once more, or leaves it to the replay).
+async fn commit_retrying<C: LogConsumer>(
+    consumer: &mut C,
+    uncommitted: &mut BTreeMap<TopicPartition, u64>,
+    stats: &mut DriverStats,
+    metrics: &SinkMetrics,
+    retry: &mut Retry<'_>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), SinkError> {
+    loop {
+        match commit(consumer, uncommitted, stats, metrics).await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                retry.after(e, stats, shutdown).await?;
+                if *shutdown.borrow() {
+                    return Ok(());
+                }
+            }
+        }
     }
 }
 
