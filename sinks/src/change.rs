@@ -200,7 +200,7 @@ impl Decoder {
         };
         let c = if is_avro(value) {
             let v = self.avro_of(value).await?;
-            self.from_value(r, key, v)?
+            self.change_of_value(r, key, v)?
         } else if self.keep_after_json {
             let mut env: Lean<&RawValue> = serde_json::from_slice(value)
                 .map_err(|e| malformed(r, &format!("not JSON and not Avro: {e}")))?;
@@ -208,12 +208,12 @@ impl Decoder {
                 // The raw value is a slice of the record's bytes: shared, not copied.
                 After::Text(value.slice_ref(a.get().as_bytes()))
             });
-            self.from_envelope(r, key, env, after)?
+            self.change_of_envelope(r, key, env, after)?
         } else {
             let mut env: Lean<Value> = serde_json::from_slice(value)
                 .map_err(|e| malformed(r, &format!("not JSON and not Avro: {e}")))?;
             let after = env.take_after().map(After::Value);
-            self.from_envelope(r, key, env, after)?
+            self.change_of_envelope(r, key, env, after)?
         };
         Ok(match c {
             Some(c) => Decoded::Change(Box::new(c)),
@@ -291,7 +291,7 @@ impl Decoder {
     }
 
     /// The change an envelope read as a JSON value describes (Avro records are).
-    fn from_value(
+    fn change_of_value(
         &mut self,
         r: &SinkRecord,
         key: Option<Value>,
@@ -304,11 +304,11 @@ impl Decoder {
             // It was wrapped in a `payload`.
             after = Some(a);
         }
-        self.from_envelope(r, key, env, after.map(After::Value))
+        self.change_of_envelope(r, key, env, after.map(After::Value))
     }
 
     /// The change an envelope describes, `None` when it describes none.
-    fn from_envelope<A>(
+    fn change_of_envelope<A>(
         &mut self,
         r: &SinkRecord,
         key: Option<Value>,
@@ -687,7 +687,7 @@ mod tests {
             assert_eq!(format!("{got:?}"), want, "{v}");
             let value = unwrap_payload(serde_json::from_str(v).unwrap());
             let got = Decoder::new(None)
-                .from_value(&r, Some(serde_json::json!({"id": 3})), value)
+                .change_of_value(&r, Some(serde_json::json!({"id": 3})), value)
                 .unwrap();
             let got = match got {
                 Some(c) => Decoded::Change(Box::new(c)),

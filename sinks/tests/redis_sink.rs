@@ -176,7 +176,11 @@ async fn json_upserts_and_replays(url: &str) {
     );
     assert_eq!(
         hgetall(&mut c, "j:__cdc:v:public.t").await,
-        vec![("j:t:1".into(), "3".into()), ("j:t:2".into(), "2".into())]
+        vec![
+            ("__applied".into(), "3".into()),
+            ("j:t:1".into(), "3".into()),
+            ("j:t:2".into(), "2".into())
+        ]
     );
     // A delete keeps its version: a replayed older insert does not bring the row back.
     deliver_all(&mut s, &[del("t", 3, 1)]).await;
@@ -185,7 +189,11 @@ async fn json_upserts_and_replays(url: &str) {
     assert_eq!(get(&mut c, "j:t:1").await, None);
     assert_eq!(
         hgetall(&mut c, "j:__cdc:v:public.t").await,
-        vec![("j:t:1".into(), "4".into()), ("j:t:2".into(), "2".into())]
+        vec![
+            ("__applied".into(), "4".into()),
+            ("j:t:1".into(), "4".into()),
+            ("j:t:2".into(), "2".into())
+        ]
     );
     assert_eq!(keys(&mut c, "j:t:*").await, vec!["j:t:2".to_string()]);
 }
@@ -284,6 +292,7 @@ async fn truncates(url: &str) {
     assert_eq!(
         hgetall(&mut c, "tr:__cdc:v:public.t").await,
         vec![
+            ("__applied".into(), "2502".into()),
             ("__truncated".into(), "2501".into()),
             ("tr:t:5".into(), "2502".into())
         ]
@@ -320,6 +329,71 @@ async fn refuses_a_key_of_another_type(url: &str) {
         assert_eq!(rejected.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0]);
     }
     assert_eq!(get_raw(&mut c, "wh:t:1").await.as_deref(), Some("plain"));
+}
+
+/// The steady state's shortcut (keys' versions left unread once the sink knows the
+/// table's `__applied`) keeps every guarantee of the reads it skips: a key of another
+/// type is refused, a hash an older sink wrote without `__applied` is read in full, and
+/// a guess that another writer made wrong is read again before anything is applied.
+async fn unread_versions_keep_the_guarantees(url: &str) {
+    let mut s = sink(url, "f", "prefix = \"f\"").await;
+    let mut c = client(url).await;
+    // The sink now knows the table's __applied (1).
+    assert!(deliver_all(&mut s, &[up("t", 0, 1, json!({"id": 1}))])
+        .await
+        .is_empty());
+    cmd(&mut c, &["RPUSH", "f:t:2", "someone else's"]).await;
+    cmd(&mut c, &["HSET", "f:t:3", "a", "b"]).await;
+    let rejected = deliver_all(
+        &mut s,
+        &[
+            up("t", 1, 2, json!({"id": 2})),
+            del("t", 2, 3),
+            up("t", 3, 4, json!({"id": 4})),
+        ],
+    )
+    .await;
+    assert_eq!(rejected.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 1]);
+    assert!(
+        rejected.iter().all(|r| r.1.contains("WRONGTYPE")),
+        "{rejected:?}"
+    );
+    assert_eq!(get(&mut c, "f:t:4").await, Some(json!({"id": 4})));
+    let Reply::Status(ty) = cmd(&mut c, &["TYPE", "f:t:3"]).await else {
+        panic!()
+    };
+    assert_eq!(ty, "hash", "the hash is untouched");
+    // Another writer moved the table on: the sink's guess is wrong, and the version it
+    // finds wins over the older change it holds.
+    cmd(
+        &mut c,
+        &[
+            "HSET",
+            "f:__cdc:v:public.t",
+            "__applied",
+            "50",
+            "f:t:1",
+            "50",
+        ],
+    )
+    .await;
+    deliver_all(&mut s, &[up("t", 10, 1, json!({"id": 1, "older": true}))]).await;
+    assert_eq!(get(&mut c, "f:t:1").await, Some(json!({"id": 1})));
+    // An older sink's hash (rows, no __applied): read in full, and left without it.
+    cmd(&mut c, &["HSET", "f:__cdc:v:public.old", "f:old:1", "100"]).await;
+    cmd(&mut c, &["SET", "f:old:1", "{\"id\":1,\"v\":\"new\"}"]).await;
+    let mut fresh = sink(url, "f2", "prefix = \"f\"").await;
+    for _ in 0..2 {
+        deliver_all(&mut fresh, &[up("old", 5, 1, json!({"id": 1, "v": "old"}))]).await;
+    }
+    assert_eq!(
+        get(&mut c, "f:old:1").await,
+        Some(json!({"id": 1, "v": "new"}))
+    );
+    assert_eq!(
+        hgetall(&mut c, "f:__cdc:v:public.old").await,
+        vec![("f:old:1".into(), "100".into())]
+    );
 }
 
 /// A reader polling two keys of one transaction never sees one updated without the
@@ -420,6 +494,7 @@ fn redis_views() {
         invalidates(&url).await;
         truncates(&url).await;
         refuses_a_key_of_another_type(&url).await;
+        unread_versions_keep_the_guarantees(&url).await;
     });
 }
 
@@ -450,6 +525,7 @@ fn valkey_views_and_transactions() {
         invalidates(&url).await;
         truncates(&url).await;
         refuses_a_key_of_another_type(&url).await;
+        unread_versions_keep_the_guarantees(&url).await;
         assert!(transactions_are_atomic(&url, true).await);
     });
 }

@@ -10,17 +10,27 @@
 //! its entry (a tombstone), so a replayed older insert cannot bring the row back. Field
 //! `__truncated` holds the version of the table's latest truncate: every change at or
 //! below it is ignored. A change is applied only when its version is above both.
+//! Field `__applied` holds the highest version of any change of the table (in that
+//! partition) the sink has taken: every field's version is at or below it.
 //!
 //! # One chunk, exactly once
 //!
-//! 1. `WATCH` the chunk's versions hashes, read their markers (`HGET`) and the versions of
-//!    the chunk's keys (`HMGET`).
+//! 1. `WATCH` the chunk's versions hashes, read their markers (`HMGET` of `__truncated`
+//!    and `__applied`, `HLEN`) and the versions of the chunk's keys (`HMGET`). When all of
+//!    a table's changes in the chunk are above the `__applied` the sink last wrote (the
+//!    steady state: the log is read forward), the keys' versions are not read: they are
+//!    all below. If the marker read says otherwise (another writer, a replay), they are
+//!    read then, still under the WATCH.
 //! 2. Per key, the winner is the newest change above the key's version and the table's
 //!    truncate (this chunk's truncates included); the others are stale (a replay) or
 //!    superseded within the chunk (the chunk is applied atomically, so they could never
 //!    be seen).
 //! 3. Where the winner must not clobber a key of another type: ask `TYPE` (hash rows and
 //!    deletes), or `EXISTS` in bulk (new JSON rows; `TYPE` each only when some exist).
+//!    A table whose keys' versions were not read (step 1) takes its inserts for the new
+//!    rows (EXISTS as above); its other JSON rows are written with `SET … GET` and its
+//!    deletes are `GETDEL`, both of which refuse a key of another type by themselves
+//!    (JSON values only; a hash-valued sink reads the versions).
 //!    These keys are not watched (watching thousands of keys costs Redis quadratic time):
 //!    another client creating one of the sink's keys in the instant between this read and
 //!    the EXEC is not guarded against. A key holding a type the sink does not write is refused
@@ -45,6 +55,15 @@ use crate::change::{Change, Op};
 
 /// Field of the versions hash holding the table's truncate version.
 pub const TRUNCATED: &str = "__truncated";
+
+/// Field of the versions hash holding the highest version taken for the table (every
+/// field's version is at or below it).
+pub const APPLIED: &str = "__applied";
+
+/// Whether a versions hash's field is one of its markers, not a row's key.
+pub fn is_marker(field: &[u8]) -> bool {
+    field == TRUNCATED.as_bytes() || field == APPLIED.as_bytes()
+}
 
 /// Keys per HMGET / EXISTS / MSET / HSET command.
 const CHUNK: usize = 1000;
@@ -104,6 +123,8 @@ struct Item {
     key: usize,
     version: u64,
     what: What,
+    /// The change is an insert (`c`).
+    create: bool,
 }
 
 /// What a key holds, as far as the plan needs to know.
@@ -131,6 +152,14 @@ pub struct ChunkPlan {
     keys: Vec<Vec<String>>,
     versions: Vec<Vec<u64>>,
     markers: Vec<u64>,
+    /// Per table: the chunk's lowest and highest versions.
+    low: Vec<u64>,
+    high: Vec<u64>,
+    /// Per table: `__applied` as read (`None`: not trusted: a hash of an older sink that
+    /// has rows but no `__applied`).
+    applied: Vec<Option<u64>>,
+    /// Per table: whether the keys' versions were read (else all are below the chunk).
+    read_keys: Vec<bool>,
     /// Per table and key: the item that wins.
     winners: Vec<Vec<Option<usize>>>,
     /// Per item index, what its key holds (winners that need to know).
@@ -143,6 +172,8 @@ pub struct ChunkPlan {
     roles: Vec<Role>,
     /// Items whose TYPE replies come next.
     pending_typed: Vec<usize>,
+    /// Tables whose keys' versions [`ChunkPlan::take_more_versions`] takes next.
+    pending_more: Vec<usize>,
     hash: bool,
     invalidate: bool,
     ttl_ms: Option<u64>,
@@ -212,10 +243,21 @@ impl ChunkPlan {
                 key,
                 version: c.version(),
                 what,
+                create: c.op == Op::Create,
             });
         }
         let n = items.len();
+        let mut low = vec![u64::MAX; tables.len()];
+        let mut high = vec![0; tables.len()];
+        for it in &items {
+            low[it.table] = low[it.table].min(it.version);
+            high[it.table] = high[it.table].max(it.version);
+        }
         ChunkPlan {
+            low,
+            high,
+            applied: vec![None; tables.len()],
+            read_keys: vec![true; tables.len()],
             items,
             versions: keys.iter().map(|k| vec![0; k.len()]).collect(),
             winners: keys.iter().map(|k| vec![None; k.len()]).collect(),
@@ -228,14 +270,18 @@ impl ChunkPlan {
             stale: 0,
             roles: Vec::new(),
             pending_typed: Vec::new(),
+            pending_more: Vec::new(),
             hash: cfg.value == ValueKind::Hash,
             invalidate: cfg.mode == Mode::Invalidate,
             ttl_ms: cfg.ttl_ms,
         }
     }
 
-    /// Step 1: WATCH the versions hashes, read markers and versions.
-    pub fn reads_versions(&self) -> Vec<Cmd> {
+    /// Step 1: WATCH the versions hashes, read markers and versions. `applied`: per
+    /// versions hash, the `__applied` this sink last wrote; a table whose changes are all
+    /// above it has its keys' versions left unread (a hash-valued sink reads them: it
+    /// needs to know which rows it holds).
+    pub fn reads_versions(&mut self, applied: &HashMap<String, u64>) -> Vec<Cmd> {
         let mut out = Vec::new();
         let mut w = Cmd::new("WATCH");
         for t in &self.tables {
@@ -243,39 +289,99 @@ impl ChunkPlan {
         }
         out.push(w);
         for (t, name) in self.tables.iter().enumerate() {
-            let mut c = Cmd::new("HGET");
-            c.arg(name.as_bytes()).arg(TRUNCATED.as_bytes());
+            let mut c = Cmd::new("HMGET");
+            c.arg(name.as_bytes())
+                .arg(TRUNCATED.as_bytes())
+                .arg(APPLIED.as_bytes());
             out.push(c);
-            for chunk in self.keys[t].chunks(CHUNK) {
-                let mut c = Cmd::new("HMGET");
-                c.arg(name.as_bytes());
-                for k in chunk {
-                    c.arg(k.as_bytes());
-                }
-                out.push(c);
+            let mut c = Cmd::new("HLEN");
+            c.arg(name.as_bytes());
+            out.push(c);
+            self.read_keys[t] = self.hash || applied.get(name).is_none_or(|&a| self.low[t] <= a);
+            if self.read_keys[t] {
+                self.push_key_reads(t, &mut out);
             }
         }
         out
     }
 
-    /// Takes step 1's replies and decides the winners (step 2). `Err` on a reply that
-    /// makes no sense (the caller says what it got).
-    pub fn take_versions(&mut self, replies: &[Reply]) -> Result<(), String> {
-        let mut r = replies.iter();
-        expect_ok(r.next())?;
-        for t in 0..self.tables.len() {
-            self.markers[t] = version_of(r.next().ok_or("missing reply")?)?;
-            let mut at = 0;
-            while at < self.keys[t].len() {
-                let Some(Reply::Array(Some(vs))) = r.next() else {
-                    return Err(format!("HMGET: {:?}", replies));
-                };
-                for v in vs {
-                    self.versions[t][at] = version_of(v)?;
-                    at += 1;
-                }
+    fn push_key_reads(&self, t: usize, out: &mut Vec<Cmd>) {
+        for chunk in self.keys[t].chunks(CHUNK) {
+            let mut c = Cmd::new("HMGET");
+            c.arg(self.tables[t].as_bytes());
+            for k in chunk {
+                c.arg(k.as_bytes());
+            }
+            out.push(c);
+        }
+    }
+
+    fn take_key_versions<'r>(
+        &mut self,
+        t: usize,
+        r: &mut impl Iterator<Item = &'r Reply>,
+    ) -> Result<(), String> {
+        let mut at = 0;
+        while at < self.keys[t].len() {
+            let Some(Reply::Array(Some(vs))) = r.next() else {
+                return Err("HMGET: not an array".into());
+            };
+            for v in vs {
+                *self.versions[t]
+                    .get_mut(at)
+                    .ok_or("HMGET: too many values")? = version_of(v)?;
+                at += 1;
             }
         }
+        Ok(())
+    }
+
+    /// Takes step 1's replies. Returns the reads still needed (keys' versions left
+    /// unread on a guess that the markers did not bear out), to be sent and given to
+    /// [`ChunkPlan::take_more_versions`]; then [`ChunkPlan::decide`]. `Err` on a reply
+    /// that makes no sense (the caller says what it got).
+    pub fn take_versions(&mut self, replies: &[Reply]) -> Result<Vec<Cmd>, String> {
+        let mut r = replies.iter();
+        expect_ok(r.next())?;
+        let mut more = Vec::new();
+        for t in 0..self.tables.len() {
+            let Some(Reply::Array(Some(m))) = r.next() else {
+                return Err(format!("HMGET of the markers: {replies:?}"));
+            };
+            let [truncated, applied] = m.as_slice() else {
+                return Err(format!("HMGET of the markers: {m:?}"));
+            };
+            self.markers[t] = version_of(truncated)?;
+            let hlen = match r.next() {
+                Some(Reply::Int(n)) => *n,
+                other => return Err(format!("HLEN: {other:?}")),
+            };
+            self.applied[t] = match applied {
+                Reply::Bulk(None) if hlen > 0 => None,
+                a => Some(version_of(a)?),
+            };
+            if self.read_keys[t] {
+                self.take_key_versions(t, &mut r)?;
+            } else if self.applied[t].is_none_or(|a| self.low[t] <= a) {
+                self.read_keys[t] = true;
+                self.pending_more.push(t);
+                self.push_key_reads(t, &mut more);
+            }
+        }
+        Ok(more)
+    }
+
+    /// Takes the replies of the reads [`ChunkPlan::take_versions`] returned.
+    pub fn take_more_versions(&mut self, replies: &[Reply]) -> Result<(), String> {
+        let mut r = replies.iter();
+        for t in std::mem::take(&mut self.pending_more) {
+            self.take_key_versions(t, &mut r)?;
+        }
+        Ok(())
+    }
+
+    /// Step 2: the winners.
+    pub fn decide(&mut self) {
         // The chunk's own truncates count for every change of it.
         for it in &self.items {
             if matches!(it.what, What::Truncate) {
@@ -298,7 +404,6 @@ impl ChunkPlan {
                 self.stale += 1;
             }
         }
-        Ok(())
     }
 
     fn winning(&self) -> impl Iterator<Item = (usize, &Item)> {
@@ -320,9 +425,15 @@ impl ChunkPlan {
             if self.invalidate {
                 continue;
             }
+            let read = self.read_keys[it.table];
             match it.what {
-                What::Json(_) if self.versions[it.table][it.key] == 0 => fresh.push(n),
+                // A new row: without its version, an insert is taken to be one (MSET
+                // then, far cheaper than a SET each, once EXISTS says none is there).
+                What::Json(_) if read && self.versions[it.table][it.key] == 0 => fresh.push(n),
+                What::Json(_) if !read && it.create => fresh.push(n),
                 What::Json(_) => {}
+                // Unread keys' deletes check the type themselves (GETDEL).
+                _ if !read => {}
                 _ => typed.push(n),
             }
         }
@@ -461,6 +572,13 @@ impl ChunkPlan {
                         }
                     }
                 }
+                What::Delete if !self.read_keys[it.table] => {
+                    // Refuses a key of another type (WRONGTYPE), as the read would have.
+                    let mut c = Cmd::new("GETDEL");
+                    c.arg(key);
+                    out.push(c);
+                    roles.push(Role::Change(it.change));
+                }
                 What::Delete => {
                     if self.held[n] == Held::Mine {
                         dels.push(n);
@@ -515,9 +633,17 @@ impl ChunkPlan {
                 .filter(|it| it.table == t && matches!(it.what, What::Truncate))
                 .map(|it| it.version)
                 .max();
+            let mut c = Cmd::new("HSET");
+            c.arg(name.as_bytes());
             if let Some(tv) = truncate.filter(|&tv| tv >= self.markers[t]) {
-                let mut c = Cmd::new("HSET");
-                c.arg(name.as_bytes()).arg(TRUNCATED.as_bytes()).arg_u64(tv);
+                c.arg(TRUNCATED.as_bytes()).arg_u64(tv);
+            }
+            // Every change of the table up to the chunk's highest is taken. Left unset
+            // in a hash an older sink wrote without it: its fields may be above.
+            if let Some(a) = self.next_applied(t) {
+                c.arg(APPLIED.as_bytes()).arg_u64(a);
+            }
+            if c.args() > 2 {
                 out.push(c);
                 roles.push(Role::Bulk);
             }
@@ -526,6 +652,19 @@ impl ChunkPlan {
         self.rejected.extend(refused);
         self.roles = roles;
         out
+    }
+
+    /// The `__applied` of table `t` once the chunk is applied (`None`: not kept, see
+    /// [`ChunkPlan::applied`]).
+    fn next_applied(&self, t: usize) -> Option<u64> {
+        self.applied[t].map(|a| a.max(self.high[t]))
+    }
+
+    /// Per versions hash, its `__applied` once the chunk is applied: for the caller to
+    /// give to the next chunk's [`ChunkPlan::reads_versions`].
+    pub fn applied_after(&self) -> impl Iterator<Item = (&str, u64)> {
+        (0..self.tables.len())
+            .filter_map(|t| Some((self.tables[t].as_str(), self.next_applied(t)?)))
     }
 
     /// The truncates of the chunk: versions hash and version, for the sweeps.
@@ -572,6 +711,10 @@ impl ChunkPlan {
     }
 
     pub fn reset_for_retry(&mut self) {
+        for v in &mut self.versions {
+            v.iter_mut().for_each(|x| *x = 0);
+        }
+        self.pending_more.clear();
         for w in &mut self.winners {
             w.iter_mut().for_each(|x| *x = None);
         }

@@ -84,6 +84,11 @@ impl Cmd {
         self.body.len()
     }
 
+    /// Arguments so far, the command's name included.
+    pub fn args(&self) -> usize {
+        self.args
+    }
+
     pub fn is_empty(&self) -> bool {
         self.args == 0
     }

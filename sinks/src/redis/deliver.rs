@@ -8,7 +8,7 @@
 //! deletes only rows whose version is below the truncate's, so a row changed after the
 //! truncate survives it and a change before it is ignored by the marker.
 
-use super::apply::{ChunkPlan, Exec, TRUNCATED};
+use super::apply::{is_marker, ChunkPlan, Exec};
 use super::conn::{is_transient_reply, Cmd, Conn, ConnError, Reply};
 use super::{RedisSink, CALL_BYTES, CALL_CHANGES};
 use crate::change::{Change, Op};
@@ -98,9 +98,19 @@ impl RedisSink {
             let mut plan = ChunkPlan::new(&self.cfg, changes, &idx);
             let mut conflicts = 0;
             loop {
-                let r = conn.pipeline(&plan.reads_versions()).await.map_err(io)?;
+                let r = conn
+                    .pipeline(&plan.reads_versions(&self.applied))
+                    .await
+                    .map_err(io)?;
                 check_replies(&r, WHAT)?;
-                plan.take_versions(&r).map_err(|e| unexpected(WHAT, e))?;
+                let more = plan.take_versions(&r).map_err(|e| unexpected(WHAT, e))?;
+                if !more.is_empty() {
+                    let r = conn.pipeline(&more).await.map_err(io)?;
+                    check_replies(&r, WHAT)?;
+                    plan.take_more_versions(&r)
+                        .map_err(|e| unexpected(WHAT, e))?;
+                }
+                plan.decide();
                 let types = plan.reads_types();
                 if !types.is_empty() {
                     let r = conn.pipeline(&types).await.map_err(io)?;
@@ -115,7 +125,17 @@ impl RedisSink {
                 let r = conn.pipeline(&plan.writes()).await.map_err(io)?;
                 self.metrics.execs.inc();
                 match plan.take_exec(&r) {
-                    Exec::Done => break,
+                    Exec::Done => {
+                        for (vh, a) in plan.applied_after() {
+                            match self.applied.get_mut(vh) {
+                                Some(x) => *x = a,
+                                None => {
+                                    self.applied.insert(vh.to_string(), a);
+                                }
+                            }
+                        }
+                        break;
+                    }
                     Exec::Conflict => {
                         conflicts += 1;
                         self.metrics.conflicts.inc();
@@ -176,7 +196,7 @@ impl RedisSink {
             let old: Vec<&[u8]> = items
                 .chunks(2)
                 .filter_map(|p| match p {
-                    [Reply::Bulk(Some(f)), Reply::Bulk(Some(v))] if f != TRUNCATED.as_bytes() => {
+                    [Reply::Bulk(Some(f)), Reply::Bulk(Some(v))] if !is_marker(f) => {
                         let v: u64 = std::str::from_utf8(v).ok()?.parse().ok()?;
                         (v < tv).then_some(f.as_slice())
                     }

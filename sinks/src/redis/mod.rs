@@ -102,6 +102,9 @@ pub struct RedisSink {
     conn: Option<Conn>,
     planner: Option<tx::TxPlanner>,
     metrics: RedisMetrics,
+    /// Per versions hash, the `__applied` this sink last wrote (a guess checked under
+    /// WATCH by every chunk: see [`apply`]).
+    applied: std::collections::HashMap<String, u64>,
 }
 
 impl RedisSink {
@@ -120,6 +123,7 @@ impl RedisSink {
             conn: None,
             planner,
             metrics: RedisMetrics::new(metrics, spec.name()),
+            applied: std::collections::HashMap::new(),
         };
         match sink.connected().await {
             Ok(_) => {}

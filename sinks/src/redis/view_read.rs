@@ -16,7 +16,7 @@ use std::sync::Arc;
 use cdc_schemas::TableId;
 use serde_json::{Map, Value};
 
-use super::apply::{field_text, versions_key, TRUNCATED};
+use super::apply::{field_text, is_marker, versions_key};
 use super::config::{self, Mode, Resolved, ValueKind};
 use super::conn::{Cmd, Conn, ConnError, Reply};
 use super::IO_TIMEOUT;
@@ -303,7 +303,7 @@ impl ViewReader for RedisView {
         let names: Vec<String> = items
             .chunks(2)
             .filter_map(|p| match p.first() {
-                Some(Reply::Bulk(Some(f))) if f != TRUNCATED.as_bytes() => {
+                Some(Reply::Bulk(Some(f))) if !is_marker(f) => {
                     Some(String::from_utf8_lossy(f).into_owned())
                 }
                 _ => None,
