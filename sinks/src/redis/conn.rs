@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -101,8 +101,32 @@ impl Cmd {
     }
 }
 
-fn itoa(n: u64) -> String {
-    n.to_string()
+/// `n` in decimal, without allocating (every argument's length is one).
+fn itoa(n: u64) -> Digits {
+    let mut d = Digits {
+        buf: [0; 20],
+        start: 20,
+    };
+    let mut n = n;
+    loop {
+        d.start -= 1;
+        d.buf[d.start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return d;
+        }
+    }
+}
+
+struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
 }
 
 /// Why a round trip failed: the connection is then unusable.
@@ -148,7 +172,7 @@ pub fn is_transient_reply(e: &str) -> bool {
 
 /// A connection to one Redis.
 pub struct Conn {
-    reader: BufReader<OwnedReadHalf>,
+    reader: Replies,
     writer: OwnedWriteHalf,
     timeout: Duration,
     out: Vec<u8>,
@@ -168,7 +192,11 @@ impl Conn {
         let _ = stream.set_nodelay(true);
         let (r, w) = stream.into_split();
         let mut conn = Conn {
-            reader: BufReader::with_capacity(64 << 10, r),
+            reader: Replies {
+                half: r,
+                buf: Vec::with_capacity(64 << 10),
+                start: 0,
+            },
             writer: w,
             timeout,
             out: Vec::new(),
@@ -237,7 +265,7 @@ impl Conn {
         let read = async {
             let mut replies = Vec::with_capacity(cmds.len());
             for _ in 0..cmds.len() {
-                replies.push(read_reply(reader).await?);
+                replies.push(reader.next().await?);
             }
             Ok::<Vec<Reply>, ConnError>(replies)
         };
@@ -262,7 +290,7 @@ impl Conn {
 
     /// The reply to the oldest command sent and not yet answered.
     pub async fn recv(&mut self) -> Result<Reply, ConnError> {
-        match tokio::time::timeout(self.timeout, read_reply(&mut self.reader)).await {
+        match tokio::time::timeout(self.timeout, self.reader.next()).await {
             Ok(r) => r,
             Err(_) => Err(ConnError::Timeout(self.timeout)),
         }
@@ -276,20 +304,43 @@ impl Conn {
     }
 }
 
-async fn read_line(r: &mut BufReader<OwnedReadHalf>) -> Result<Vec<u8>, ConnError> {
-    let mut line = Vec::new();
-    let n = r.read_until(b'\n', &mut line).await?;
-    if n == 0 {
-        return Err(ConnError::Io(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "the server closed the connection",
-        )));
+/// The read side: bytes as they arrive, parsed into replies from a buffer (no allocation
+/// but the replies' own; a reply split over reads is parsed again once it is whole).
+struct Replies {
+    half: OwnedReadHalf,
+    buf: Vec<u8>,
+    /// `buf[..start]` is parsed already.
+    start: usize,
+}
+
+impl Replies {
+    /// The next reply.
+    async fn next(&mut self) -> Result<Reply, ConnError> {
+        loop {
+            // Measured first, built once whole: a long reply arriving in many reads is
+            // not built (and dropped) once per read.
+            if reply_len(&self.buf[self.start..])?.is_some() {
+                if let Some((reply, used)) = parse_reply(&self.buf[self.start..])? {
+                    self.start += used;
+                    return Ok(reply);
+                }
+            }
+            // Keep the unparsed tail, at the front, and read more after it.
+            if self.start > 0 {
+                self.buf.drain(..self.start);
+                self.start = 0;
+            }
+            let want = (self.buf.len()).max(64 << 10);
+            self.buf.reserve(want);
+            let n = self.half.read_buf(&mut self.buf).await?;
+            if n == 0 {
+                return Err(ConnError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection",
+                )));
+            }
+        }
     }
-    if !line.ends_with(b"\r\n") {
-        return Err(ConnError::Protocol("a line without CRLF".into()));
-    }
-    line.truncate(line.len() - 2);
-    Ok(line)
 }
 
 fn parse_int(b: &[u8]) -> Result<i64, ConnError> {
@@ -299,50 +350,111 @@ fn parse_int(b: &[u8]) -> Result<i64, ConnError> {
         .ok_or_else(|| ConnError::Protocol("not an integer".into()))
 }
 
-/// Reads one reply; arrays iteratively-recursive through a boxed future.
-fn read_reply<'a>(
-    r: &'a mut BufReader<OwnedReadHalf>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Reply, ConnError>> + Send + 'a>> {
-    Box::pin(async move {
-        let line = read_line(r).await?;
-        let (&kind, rest) = line
-            .split_first()
-            .ok_or_else(|| ConnError::Protocol("an empty line".into()))?;
-        Ok(match kind {
-            b'+' => Reply::Status(String::from_utf8_lossy(rest).into_owned()),
-            b'-' => Reply::Error(String::from_utf8_lossy(rest).into_owned()),
-            b':' => Reply::Int(parse_int(rest)?),
-            b'$' => {
-                let n = parse_int(rest)?;
-                if n < 0 {
-                    Reply::Bulk(None)
-                } else {
-                    let mut buf = vec![0u8; n as usize + 2];
-                    r.read_exact(&mut buf).await?;
-                    buf.truncate(n as usize);
-                    Reply::Bulk(Some(buf))
+/// A CRLF-ended line at the start of `b`: its text and the bytes it takes.
+fn line(b: &[u8]) -> Result<Option<(&[u8], usize)>, ConnError> {
+    let Some(nl) = memchr(b'\n', b) else {
+        return Ok(None);
+    };
+    if nl == 0 || b[nl - 1] != b'\r' {
+        return Err(ConnError::Protocol("a line without CRLF".into()));
+    }
+    Ok(Some((&b[..nl - 1], nl + 1)))
+}
+
+fn memchr(x: u8, b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == x)
+}
+
+/// The bytes the reply at the start of `b` takes, `None` while it is incomplete; builds
+/// nothing.
+fn reply_len(b: &[u8]) -> Result<Option<usize>, ConnError> {
+    let Some((l, used)) = line(b)? else {
+        return Ok(None);
+    };
+    let (&kind, rest) = l
+        .split_first()
+        .ok_or_else(|| ConnError::Protocol("an empty line".into()))?;
+    match kind {
+        b'+' | b'-' | b':' => Ok(Some(used)),
+        b'$' => {
+            let n = parse_int(rest)?;
+            if n < 0 {
+                return Ok(Some(used));
+            }
+            let end = used + n as usize + 2;
+            Ok((b.len() >= end).then_some(end))
+        }
+        b'*' => {
+            let n = parse_int(rest)?;
+            let mut used = used;
+            for _ in 0..n.max(0) {
+                let Some(u) = reply_len(&b[used..])? else {
+                    return Ok(None);
+                };
+                used += u;
+            }
+            Ok(Some(used))
+        }
+        other => Err(ConnError::Protocol(format!(
+            "unknown reply type {:?}",
+            other as char
+        ))),
+    }
+}
+
+/// One reply at the start of `b` and the bytes it takes; `None` while it is incomplete.
+fn parse_reply(b: &[u8]) -> Result<Option<(Reply, usize)>, ConnError> {
+    let Some((l, mut used)) = line(b)? else {
+        return Ok(None);
+    };
+    let (&kind, rest) = l
+        .split_first()
+        .ok_or_else(|| ConnError::Protocol("an empty line".into()))?;
+    let reply = match kind {
+        b'+' => Reply::Status(String::from_utf8_lossy(rest).into_owned()),
+        b'-' => Reply::Error(String::from_utf8_lossy(rest).into_owned()),
+        b':' => Reply::Int(parse_int(rest)?),
+        b'$' => {
+            let n = parse_int(rest)?;
+            if n < 0 {
+                Reply::Bulk(None)
+            } else {
+                let n = n as usize;
+                if b.len() < used + n + 2 {
+                    return Ok(None);
                 }
-            }
-            b'*' => {
-                let n = parse_int(rest)?;
-                if n < 0 {
-                    Reply::Array(None)
-                } else {
-                    let mut items = Vec::with_capacity(n.min(1 << 16) as usize);
-                    for _ in 0..n {
-                        items.push(read_reply(r).await?);
-                    }
-                    Reply::Array(Some(items))
+                if &b[used + n..used + n + 2] != b"\r\n" {
+                    return Err(ConnError::Protocol("a bulk string without CRLF".into()));
                 }
+                let v = b[used..used + n].to_vec();
+                used += n + 2;
+                Reply::Bulk(Some(v))
             }
-            other => {
-                return Err(ConnError::Protocol(format!(
-                    "unknown reply type {:?}",
-                    other as char
-                )))
+        }
+        b'*' => {
+            let n = parse_int(rest)?;
+            if n < 0 {
+                Reply::Array(None)
+            } else {
+                let mut items = Vec::with_capacity((n as usize).min(1 << 16));
+                for _ in 0..n {
+                    let Some((item, u)) = parse_reply(&b[used..])? else {
+                        return Ok(None);
+                    };
+                    items.push(item);
+                    used += u;
+                }
+                Reply::Array(Some(items))
             }
-        })
-    })
+        }
+        other => {
+            return Err(ConnError::Protocol(format!(
+                "unknown reply type {:?}",
+                other as char
+            )))
+        }
+    };
+    Ok(Some((reply, used)))
 }
 
 #[cfg(test)]
@@ -356,6 +468,42 @@ mod tests {
         let mut out = Vec::new();
         c.write_to(&mut out);
         assert_eq!(out, b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n$2\r\n12\r\n");
+    }
+
+    #[test]
+    fn parses_replies_whole_or_not_yet() {
+        let all = b"+OK\r\n*3\r\n$3\r\nabc\r\n$-1\r\n:-7\r\n*-1\r\n-ERR no\r\n";
+        let mut at = 0;
+        let mut got = Vec::new();
+        while at < all.len() {
+            let (r, n) = parse_reply(&all[at..]).unwrap().unwrap();
+            got.push(r);
+            at += n;
+        }
+        assert_eq!(
+            got,
+            vec![
+                Reply::Status("OK".into()),
+                Reply::Array(Some(vec![
+                    Reply::Bulk(Some(b"abc".to_vec())),
+                    Reply::Bulk(None),
+                    Reply::Int(-7)
+                ])),
+                Reply::Array(None),
+                Reply::Error("ERR no".into()),
+            ]
+        );
+        // Every cut before the end of a reply is "not yet", never an error.
+        let first_two = 5 + 23;
+        for cut in 5..first_two {
+            assert!(parse_reply(&all[5..cut]).unwrap().is_none(), "{cut}");
+            assert!(reply_len(&all[5..cut]).unwrap().is_none(), "{cut}");
+        }
+        assert_eq!(reply_len(&all[5..]).unwrap(), Some(first_two - 5));
+        assert!(parse_reply(b"$3\r\nabcXY").is_err());
+        assert!(parse_reply(b"?\r\n").is_err());
+        assert_eq!(itoa(0).as_bytes(), b"0");
+        assert_eq!(itoa(u64::MAX).as_bytes(), u64::MAX.to_string().as_bytes());
     }
 
     #[test]
