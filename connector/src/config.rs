@@ -284,7 +284,17 @@ impl Config {
                 "0 is not allowed: leave the key out to disable it".into(),
             ));
         }
-        self.topic_router()?;
+        if let Some((i, t)) = self
+            .topic_router()?
+            .reserved_replacements()
+            .into_iter()
+            .next()
+        {
+            return Err((
+                format!("routing[{i}].replacement"),
+                format!("{t:?} is the connector's transaction topic: route tables elsewhere (a table routed there by a group reference keeps its own topic)"),
+            ));
+        }
         for (i, s) in self.sinks.iter().enumerate() {
             for (j, t) in self.sinks[..i].iter().enumerate() {
                 if s.name() == t.name() {
@@ -869,6 +879,10 @@ listen = "127.0.0.1:8083"
             (
                 "regex = 'a'\nreplacement = 'b'\ntopic = 'c'",
                 "routing[0].topic",
+            ),
+            (
+                "regex = 'inventory\\.public\\.t'\nreplacement = 'inventory.transaction'",
+                "routing[0].replacement",
             ),
         ] {
             let e = load(&format!("{GOOD}[[routing]]\n{rule}\n"), &[])

@@ -143,12 +143,35 @@ impl TopicRouter {
         self.routed(name).unwrap_or_else(|| name.to_string())
     }
 
-    /// The name the first matching rule gives `name`; `None` when no rule matches.
+    /// The name the first matching rule gives `name`; `None` when no rule matches, or
+    /// when the rule would give a topic the connector writes itself
+    /// ([`TopicRouter::is_reserved`]: the name then stays as it is).
     pub fn routed(&self, name: &str) -> Option<String> {
         self.rules
             .iter()
             .find(|r| r.regex.is_match(name))
             .map(|r| r.regex.replace(name, r.replacement.as_str()).into_owned())
+            .filter(|t| !self.is_reserved(t))
+    }
+
+    /// Whether `topic` is one the connector writes records of its own kind to (the
+    /// transaction topic `<prefix>.transaction`): no table's records may go there, or a
+    /// reader would take row changes for transaction boundaries.
+    pub fn is_reserved(&self, topic: &str) -> bool {
+        topic
+            .strip_prefix(self.prefix.as_str())
+            .is_some_and(|rest| rest == ".transaction")
+    }
+
+    /// The rules' replacements that name a reserved topic outright (no group
+    /// references): `(rule index, replacement)`, for configuration checks.
+    pub fn reserved_replacements(&self) -> Vec<(usize, String)> {
+        self.rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.replacement.contains('$') && self.is_reserved(&r.replacement))
+            .map(|(i, r)| (i, r.replacement.clone()))
+            .collect()
     }
 
     /// The topic prefix (the connector's name).
@@ -178,6 +201,34 @@ impl TopicRouter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_table_is_routed_onto_the_transaction_topic() {
+        let r = TopicRouter::new(
+            "shop",
+            &[
+                (r"shop\.public\.tx", "shop.transaction"),
+                (r"shop\.(.*)\.(.*)", "$1.$2"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(r.topic_for(&TableId::new("public", "tx")), "shop.public.tx");
+        assert_eq!(
+            r.reserved_replacements(),
+            vec![(0, "shop.transaction".to_string())]
+        );
+        // Through a group reference: found when it is routed.
+        assert_eq!(
+            r.topic_for(&TableId::new("shop", "transaction")),
+            "shop.shop.transaction"
+        );
+        let r = TopicRouter::new("shop", &[(r"shop\.public\.(.*)", "shop.$1")]).unwrap();
+        assert_eq!(
+            r.topic_for(&TableId::new("public", "transaction")),
+            "shop.public.transaction"
+        );
+        assert_eq!(r.topic_for(&TableId::new("public", "t")), "shop.t");
+    }
 
     #[test]
     fn default_names_and_rules() {
