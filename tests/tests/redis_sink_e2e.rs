@@ -278,6 +278,57 @@ fn cdc(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Stops `c`, resets both sinks' groups (and the transactional one's transaction topic)
+/// to the earliest offsets, starts it again and waits until both have caught up: both
+/// views are then byte for byte what they were. `expect_behind`: also check that the
+/// reset left the cache's group behind (it is, unless the log is empty).
+fn reset_and_replay_changes_nothing(c: &mut Connector, redis: &RedisServer, expect_behind: bool) {
+    let before0 = Redis::connect(redis.port(), 0).dump();
+    let before1 = Redis::connect(redis.port(), 1).dump();
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    let cfg = c.config.clone();
+    let cfg_s = cfg.to_str().unwrap();
+    for (group, topic) in [
+        ("cdc-sink-cache", "t.public.items"),
+        ("cdc-sink-view", "t.public.items"),
+        ("cdc-sink-view", "t.transaction"),
+    ] {
+        cdc(&[
+            "log",
+            "--config",
+            cfg_s,
+            "reset-group",
+            group,
+            topic,
+            "--to-earliest",
+        ]);
+    }
+    if expect_behind {
+        assert!(!caught_up(&cfg, "cdc-sink-cache"));
+    }
+    c.start();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !(caught_up(&cfg, "cdc-sink-cache") && caught_up(&cfg, "cdc-sink-view")) {
+        assert!(
+            Instant::now() < deadline,
+            "replay did not finish\n{}",
+            c.output()
+        );
+        c.assert_running();
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(
+        Redis::connect(redis.port(), 0).dump(),
+        before0,
+        "JSON view after the replay"
+    );
+    assert_eq!(
+        Redis::connect(redis.port(), 1).dump(),
+        before1,
+        "hash view after the replay"
+    );
+}
+
 /// Whether every partition of `group` is caught up (lag 0) and it has any.
 fn caught_up(config: &Path, group: &str) -> bool {
     let out = cdc(&["log", "--config", config.to_str().unwrap(), "groups"]);
@@ -427,48 +478,7 @@ transactional = true
     );
 
     // A group reset to the earliest offset replays everything: nothing changes.
-    let before0 = Redis::connect(redis.port(), 0).dump();
-    let before1 = Redis::connect(redis.port(), 1).dump();
-    assert_eq!(c.stop(), Some(0), "{}", c.output());
-    let cfg = c.config.clone();
-    let cfg_s = cfg.to_str().unwrap();
-    for (group, topic) in [
-        ("cdc-sink-cache", "t.public.items"),
-        ("cdc-sink-view", "t.public.items"),
-        ("cdc-sink-view", "t.transaction"),
-    ] {
-        cdc(&[
-            "log",
-            "--config",
-            cfg_s,
-            "reset-group",
-            group,
-            topic,
-            "--to-earliest",
-        ]);
-    }
-    assert!(!caught_up(&cfg, "cdc-sink-cache"));
-    c.start();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !(caught_up(&cfg, "cdc-sink-cache") && caught_up(&cfg, "cdc-sink-view")) {
-        assert!(
-            Instant::now() < deadline,
-            "replay did not finish\n{}",
-            c.output()
-        );
-        c.assert_running();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    assert_eq!(
-        Redis::connect(redis.port(), 0).dump(),
-        before0,
-        "JSON view after the replay"
-    );
-    assert_eq!(
-        Redis::connect(redis.port(), 1).dump(),
-        before1,
-        "hash view after the replay"
-    );
+    reset_and_replay_changes_nothing(&mut c, &redis, true);
     wait_views(pg, &db, &redis, &mut c, Some(foreign)).await;
     c.stop();
     drop_slot(pg, &db).await;
@@ -588,45 +598,7 @@ transactional = true
     );
 
     // A replay from the earliest offsets: nothing changes.
-    let before0 = Redis::connect(redis.port(), 0).dump();
-    let before1 = Redis::connect(redis.port(), 1).dump();
-    assert_eq!(c.stop(), Some(0), "{}", c.output());
-    for (group, topic) in [
-        ("cdc-sink-cache", "t.public.items"),
-        ("cdc-sink-view", "t.public.items"),
-        ("cdc-sink-view", "t.transaction"),
-    ] {
-        cdc(&[
-            "log",
-            "--config",
-            &cfg_s,
-            "reset-group",
-            group,
-            topic,
-            "--to-earliest",
-        ]);
-    }
-    c.start();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while !(caught_up(&cfg, "cdc-sink-cache") && caught_up(&cfg, "cdc-sink-view")) {
-        assert!(
-            Instant::now() < deadline,
-            "replay did not finish\n{}",
-            c.output()
-        );
-        c.assert_running();
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    assert_eq!(
-        Redis::connect(redis.port(), 0).dump(),
-        before0,
-        "JSON view after the replay"
-    );
-    assert_eq!(
-        Redis::connect(redis.port(), 1).dump(),
-        before1,
-        "hash view after the replay"
-    );
+    reset_and_replay_changes_nothing(&mut c, &redis, false);
     c.stop();
     drop_slot(pg, &db).await;
 }
