@@ -18,8 +18,9 @@
 //! high watermarks of that moment; then the view's rows of those keys again. Up to three
 //! rounds while keys still differ; what differs after that is reported.
 //!
-//! Memory: one chunk of rows, the log view's ~40 bytes per key while that fits
-//! `--memory-mb` — past it the log's changes and the source's rows spill to bucket files
+//! Memory: one chunk of rows (at most `--chunk-rows`, and sized to a quarter of the
+//! budget, at most 8 MiB, by the size of the rows before it), the log view's ~40 bytes
+//! per key while that fits `--memory-mb` — past it the log's changes and the source's rows spill to bucket files
 //! and are compared bucket by bucket ([`spill`]) — (or 8 bytes per key of ids seen, for a
 //! sink), and at most `--max-report` differences kept in full.
 //!
@@ -191,12 +192,17 @@ async fn verify(args: &VerifyArgs) -> Result<bool, VerifyError> {
         }
     };
     let mut diffs = Differences::new(args.max_report);
+    let plan = spill_plan(args, &config);
+    // A sink's chunk holds the target's rows of its keys beside the source's: half each.
+    source.set_chunk_memory(match view {
+        Some(View::Sink(_)) => plan.budget.chunk_bytes() / 2,
+        _ => plan.budget.chunk_bytes(),
+    });
     let mark = source.begin().await?;
     tracing::info!(table = %table, position = %mark, chunk_rows = args.chunk_rows, "verify: first pass");
     let counts = match view.as_mut() {
         Some(View::Sink(s)) => sink_pass(&mut source, s, args.chunk_rows, &mut diffs).await?,
         _ => {
-            let plan = spill_plan(args, &config);
             let mut lv =
                 LogView::build(&log, source.topic(), &table, registry(&config), &plan).await?;
             let pass = log_pass(&mut source, &mut lv, args.chunk_rows, &mut diffs).await?;
