@@ -28,6 +28,17 @@ fn redis_cli(redis: &RedisServer, db: u32, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A verify's report without its timing (`… in 0.3 s`, `(checked in 0.3 s)`).
+fn untimed(out: &str) -> String {
+    out.lines()
+        .map(|l| match l.rfind(" in ") {
+            Some(i) if l.ends_with(" s") || l.ends_with(" s)") => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 const SETUP: &str = "SET ROLE cdc;
      CREATE TABLE item (id int PRIMARY KEY, name text NOT NULL, price numeric(10,2), tags text[]);
      INSERT INTO item SELECT g, 'item ' || g, g * 1.25, ARRAY['a', g::text] FROM generate_series(1, 40) g;";
@@ -110,6 +121,39 @@ async fn verify_sink_compares_redis_views_with_the_table() {
     assert!(out.contains("missing in the view: key {\"id\":4}"), "{out}");
     assert!(out.contains("\"name\":\"ghost\""), "{out}");
     assert!(out.contains("3 keys differ"), "{out}");
+
+    // Past --memory-mb (forced small with the hidden --spill-keys) the source's ids and
+    // the target's scan go to run files on disk; the verdict and the report are the
+    // same, also when --max-report cuts it short.
+    for report in ["1000", "2"] {
+        let args = [
+            "--table",
+            "public.item",
+            "--sink",
+            "cache",
+            "--wait-secs",
+            "2",
+            "--max-report",
+            report,
+        ];
+        let (code, out, err) = c.verify_logging("info", &args);
+        let spilled = [&args[..], &["--memory-mb", "1", "--spill-keys", "4"]].concat();
+        let (s_code, s_out, s_err) = c.verify_logging("info", &spilled);
+        assert_eq!(
+            (code, untimed(&out)),
+            (s_code, untimed(&s_out)),
+            "{err}\n{s_err}"
+        );
+        assert!(!err.contains("spilled"), "{err}");
+        assert!(
+            s_err.contains("verify: spilled the source's ids"),
+            "{s_err}"
+        );
+        assert!(
+            s_err.contains("verify: compared the spilled ids"),
+            "{s_err}"
+        );
+    }
 
     // The hash view: a field changed.
     redis_cli(&redis, 1, &["HSET", "h:item:10", "name", "other"]);
