@@ -308,6 +308,58 @@ async fn verify_log_spilled_equals_in_memory() {
     drop_slot(pg, &db).await;
 }
 
+/// The source's side of a pass ([`cdc_sources::verify::TableReader`]): chunks of exactly
+/// the rows asked for (the last one fewer), in key order, each row once — for an integer
+/// key, whose text order is not its order (`'10' < '9'`: chunk bounds found in text order
+/// made chunks of any size), and a composite one.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_reads_chunks_of_the_rows_asked_in_key_order() {
+    use cdc_schemas::{TableId, Value};
+    let pg = PgServer::shared();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc;
+         CREATE TABLE num (id int PRIMARY KEY, v text);
+         INSERT INTO num SELECT g, 'v' || g FROM generate_series(1, 50) g;
+         CREATE TABLE two (a int, b text, PRIMARY KEY (a, b));
+         INSERT INTO two SELECT g % 12, 'k' || g FROM generate_series(1, 60) g;",
+    )
+    .await;
+    let (_dir, c) = temp_connector(pg, &db, &["public.num", "public.two"], "");
+    let config = cdc_connector::config::Config::load(&c.config).unwrap();
+    for (table, rows) in [("num", 50), ("two", 60)] {
+        let id = TableId::new("public", table);
+        let mut r = cdc_sources::verify::TableReader::open(&config.source_spec(), &id)
+            .await
+            .unwrap();
+        r.begin().await.unwrap();
+        let mut sizes = Vec::new();
+        let mut keys: Vec<(i32, String)> = Vec::new();
+        loop {
+            let chunk = r.next_chunk(7).await.unwrap();
+            if chunk.is_empty() {
+                break;
+            }
+            sizes.push(chunk.len());
+            for row in chunk {
+                keys.push(match (&row.0[0], &row.0[1]) {
+                    (Value::Int32(a), Value::Text(b)) if table == "two" => (*a, b.clone()),
+                    (Value::Int32(a), _) => (*a, String::new()),
+                    other => panic!("{other:?}"),
+                });
+            }
+        }
+        r.end().await.unwrap();
+        let mut want = vec![7; rows / 7];
+        if rows % 7 > 0 {
+            want.push(rows % 7);
+        }
+        assert_eq!(sizes, want, "{table}");
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{table}: {keys:?}");
+        assert_eq!(keys.len(), rows, "{table}");
+    }
+}
+
 /// Not run by default (minutes, and a measurement rather than a check): the peak RSS of
 /// `cdc verify --log` on a table of `CDC_VERIFY_ROWS` rows (default 1,000,000), with the
 /// default budget and with smaller ones that spill, each printed as

@@ -74,6 +74,41 @@ pub fn hash_row(m: &JsonRow) -> u64 {
     h.finish()
 }
 
+/// About the heap a row's map takes (its entries, their names and values, with the
+/// allocator's rounding and a map's spare room), to size the source's chunks to the
+/// memory budget. An estimate: it need only be within a small factor.
+pub fn heap_bytes(m: &JsonRow) -> usize {
+    // An entry of the (insertion-ordered) map: its hash, name and value, and its index
+    // slot; maps grow by doubling, so about a third is spare on average.
+    const ENTRY: usize = 8 + std::mem::size_of::<String>() + std::mem::size_of::<Value>() + 8;
+    alloc_bytes(m.len() * ENTRY * 4 / 3)
+        + m.iter()
+            .map(|(k, v)| alloc_bytes(k.len()) + value_heap(v))
+            .sum::<usize>()
+}
+
+fn value_heap(v: &Value) -> usize {
+    match v {
+        Value::String(s) => alloc_bytes(s.len()),
+        Value::Array(a) => {
+            alloc_bytes(a.len() * std::mem::size_of::<Value>())
+                + a.iter().map(value_heap).sum::<usize>()
+        }
+        Value::Object(m) => heap_bytes(m),
+        _ => 0,
+    }
+}
+
+/// An allocation of `n` bytes as the allocator takes it: a header, 16-byte rounding, a
+/// minimum chunk.
+fn alloc_bytes(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (n + 8).next_multiple_of(16).max(32)
+    }
+}
+
 /// The hash of a row that may be absent.
 pub fn hash_opt(m: Option<&JsonRow>) -> u64 {
     match m {
@@ -210,6 +245,17 @@ mod tests {
             hash_row(&row(json!({"id": 1, "note": null}))),
             hash_row(&row(json!({"id": 1, "note": "x"})))
         );
+    }
+
+    #[test]
+    fn heap_estimates_grow_with_the_row() {
+        let small = heap_bytes(&row(json!({"id": 1})));
+        let wide = heap_bytes(&row(json!({"id": 1, "v": "x".repeat(10_000)})));
+        let nested = heap_bytes(&row(json!({"id": 1, "a": [{"b": "x".repeat(10_000)}]})));
+        assert!((100..1000).contains(&small), "{small}");
+        assert!((10_000..11_000).contains(&wide), "{wide}");
+        assert!(nested > wide, "{nested} {wide}");
+        assert_eq!(heap_bytes(&JsonRow::new()), 0);
     }
 
     #[test]

@@ -124,6 +124,13 @@ impl LogView {
                 let s = spill.insert(s);
                 return s.log_event(ev);
             }
+            if rb.map.capacity() == 0 {
+                // Room for every key the log can still name, at once: a map that grows
+                // holds its old table and the doubled one together while it moves, half
+                // as much again as the budget's table.
+                rb.map
+                    .reserve((left + 1).min(plan.budget.max_keys as u64) as usize);
+            }
             rb.apply(ev);
             Ok(())
         })
@@ -136,7 +143,7 @@ impl LogView {
             None => {
                 let t = rb.truncated;
                 rb.finish(t);
-                rb.map.shrink_to_fit();
+                // Not shrunk to fit: that too would hold two tables at once.
                 v.map = rb.map;
             }
         }

@@ -18,10 +18,13 @@
 //! high watermarks of that moment; then the view's rows of those keys again. Up to three
 //! rounds while keys still differ; what differs after that is reported.
 //!
-//! Memory: one chunk of rows, the log view's ~40 bytes per key while that fits
-//! `--memory-mb` — past it the log's changes and the source's rows spill to bucket files
-//! and are compared bucket by bucket ([`spill`]) — (or 8 bytes per key of ids seen, for a
-//! sink), and at most `--max-report` differences kept in full.
+//! Memory (`--memory-mb`, plus a fixed overhead): one chunk of rows, at most
+//! `--chunk-rows` and sized to a quarter of the budget (at most 8 MiB) by the size of the
+//! rows before it; the log view's ~40 bytes per key while that fits the budget — past it
+//! the log's changes and the source's rows spill to bucket files and are compared bucket
+//! by bucket ([`spill`]) — or, for a sink, 8 bytes per key of ids seen while they fit —
+//! past it sorted runs on disk, merged with the target's scan ([`seen`]); and at most
+//! `--max-report` differences kept in full.
 //!
 //! Exit codes: 0 equal, 1 different (or the verification failed), 2 usage or
 //! configuration errors (including a table that is not captured, has no key, or does not
@@ -30,6 +33,7 @@
 pub mod compare;
 pub mod log_view;
 pub mod recheck;
+pub mod seen;
 pub mod sink_view;
 pub mod source;
 pub mod spill;
@@ -47,6 +51,7 @@ use cdc_sinks::view::ColumnMap;
 use crate::config::Config;
 use compare::{hash_row, Difference, Differences};
 use log_view::{LogView, SpillPlan};
+use seen::SeenIds;
 use sink_view::SinkView;
 use source::SourceSide;
 use spill::Budget;
@@ -76,17 +81,18 @@ pub struct VerifyArgs {
     /// Differences kept, re-checked and printed; more are only counted.
     #[arg(long, default_value_t = 1000)]
     pub max_report: usize,
-    /// Memory for the table rebuilt from the log (--log), in MiB: past it, the rebuild
-    /// and the source's rows spill to bucket files on disk and are compared bucket by
-    /// bucket.
+    /// Memory for the comparison, in MiB: the table rebuilt from the log (--log) or the
+    /// ids of the source's rows (--sink), and the chunks of rows read. Past it, they spill
+    /// to files on disk (--log: the rebuild and the source's rows, compared bucket by
+    /// bucket; --sink: the ids and the target's scan, merged in order).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     pub memory_mb: u32,
     /// Where the spill's temporary directory goes (default: beside the log directory,
     /// else the system's temporary directory). Removed at the end.
     #[arg(long)]
     pub spill_dir: Option<PathBuf>,
-    /// Spill once the rebuilt map holds this many keys (tests: forces spilling on a small
-    /// table).
+    /// Spill once the rebuilt map (--log) or the ids in memory (--sink) hold this many
+    /// keys (tests: forces spilling on a small table).
     #[arg(long, hide = true)]
     pub spill_keys: Option<usize>,
 }
@@ -191,12 +197,20 @@ async fn verify(args: &VerifyArgs) -> Result<bool, VerifyError> {
         }
     };
     let mut diffs = Differences::new(args.max_report);
+    let plan = spill_plan(args, &config);
+    // A sink's chunk holds the target's rows of its keys beside the source's: half each.
+    source.set_chunk_memory(match view {
+        Some(View::Sink(_)) => plan.budget.chunk_bytes() / 2,
+        _ => plan.budget.chunk_bytes(),
+    });
     let mark = source.begin().await?;
     tracing::info!(table = %table, position = %mark, chunk_rows = args.chunk_rows, "verify: first pass");
     let counts = match view.as_mut() {
-        Some(View::Sink(s)) => sink_pass(&mut source, s, args.chunk_rows, &mut diffs).await?,
+        Some(View::Sink(s)) => {
+            let mut seen = SeenIds::new(plan.budget, plan.dirs.clone());
+            sink_pass(&mut source, s, args.chunk_rows, &mut seen, &mut diffs).await?
+        }
         _ => {
-            let plan = spill_plan(args, &config);
             let mut lv =
                 LogView::build(&log, source.topic(), &table, registry(&config), &plan).await?;
             let pass = log_pass(&mut source, &mut lv, args.chunk_rows, &mut diffs).await?;
@@ -284,7 +298,7 @@ fn registry(config: &Config) -> Option<Arc<dyn SchemaRegistry>> {
         .map(|r| Arc::new(r) as Arc<dyn SchemaRegistry>)
 }
 
-/// Where `--log` spills, and past what.
+/// Where the comparison spills, and past what.
 fn spill_plan(args: &VerifyArgs, config: &Config) -> SpillPlan {
     let mut budget = Budget::from_mb(args.memory_mb as usize);
     if let Some(n) = args.spill_keys {
@@ -420,11 +434,11 @@ async fn sink_pass(
     source: &mut SourceSide,
     sv: &mut SinkView,
     chunk_rows: usize,
+    seen: &mut SeenIds,
     diffs: &mut Differences,
 ) -> Result<PassOne, VerifyError> {
     let mut source_rows = 0u64;
     let mut present = 0u64;
-    let mut seen: HashSet<u64> = HashSet::new();
     loop {
         let chunk = source.next_chunk(chunk_rows).await?;
         if chunk.is_empty() {
@@ -434,7 +448,7 @@ async fn sink_pass(
         let rows = sv.get(&keys).await?;
         for (mut e, v) in chunk.into_iter().zip(rows) {
             source_rows += 1;
-            seen.insert(sv.id_hash(&e.key));
+            seen.insert(sv.id_hash(&e.key))?;
             e.after = sv.normalize(&e.key, e.after);
             match v {
                 Some(v) => {
@@ -447,9 +461,10 @@ async fn sink_pass(
             }
         }
     }
+    seen.finish()?;
     let view_rows = sv.count().await?;
     if view_rows > present {
-        sv.extras(&seen, diffs).await?;
+        sv.extras(seen, diffs).await?;
     }
     Ok(PassOne {
         source_rows,

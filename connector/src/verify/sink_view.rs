@@ -3,9 +3,9 @@
 //! committed offsets say how far the target has applied the log.
 //!
 //! Invariants: nothing here writes to the target; the rows the source lacks are found
-//! by id (the view's name of a row), so only an 8-byte hash per source row is kept.
+//! by id (the view's name of a row), so only an 8-byte hash per source row is kept — in
+//! memory while it fits `--memory-mb`, else in sorted runs on disk ([`super::seen`]).
 
-use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 
 use cdc_schemas::TableId;
@@ -14,6 +14,7 @@ use cdc_sinks::SinkSpec;
 use serde_json::Map;
 
 use super::compare::{Difference, Differences, JsonRow};
+use super::seen::SeenIds;
 use super::VerifyError;
 
 fn sink_err(e: cdc_schemas::failure::Failure) -> VerifyError {
@@ -70,10 +71,11 @@ impl SinkView {
     }
 
     /// Scans the target for rows whose id is not in `seen` (the ids of the source's rows)
-    /// and adds them to `diffs` as rows the source lacks.
+    /// and adds them to `diffs` as rows the source lacks, in scan order. Spilled, the
+    /// scan goes to disk and is merged with the ids there; the rows added are the same.
     pub async fn extras(
         &mut self,
-        seen: &HashSet<u64>,
+        seen: &mut SeenIds,
         diffs: &mut Differences,
     ) -> Result<(), VerifyError> {
         let mut cursor = None;
@@ -84,22 +86,38 @@ impl SinkView {
                 .await
                 .map_err(sink_err)?;
             for (id, row) in page.rows {
-                if seen.contains(&id_hash(&id)) {
-                    continue;
+                let h = id_hash(&id);
+                if seen.spilled() {
+                    seen.scan_row(h, &id, &row)?;
+                } else if !seen.contains(h) {
+                    diffs.push(self.missing_in_source(id, row));
                 }
-                let key = row.as_ref().and_then(|r| self.key_of(r));
-                diffs.push(Difference {
-                    key,
-                    id,
-                    source: None,
-                    view: row,
-                    note: None,
-                });
             }
             match page.next {
                 Some(c) => cursor = Some(c),
-                None => return Ok(()),
+                None => break,
             }
+        }
+        if seen.spilled() {
+            // As many as the in-memory scan would keep; the rest only counted.
+            let room = diffs.cap().saturating_sub(diffs.kept.len());
+            let found = seen.extras(room)?;
+            diffs.more += found.dropped();
+            for at in found.into_sorted() {
+                let (id, row) = seen.row_at(at)?;
+                diffs.push(self.missing_in_source(id, row));
+            }
+        }
+        Ok(())
+    }
+
+    fn missing_in_source(&self, id: String, row: Option<ViewRow>) -> Difference {
+        Difference {
+            key: row.as_ref().and_then(|r| self.key_of(r)),
+            id,
+            source: None,
+            view: row,
+            note: None,
         }
     }
 

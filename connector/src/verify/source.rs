@@ -11,7 +11,10 @@
 //!
 //! Invariants: an [`Entry`]'s key and after-image are what
 //! [`cdc_sinks::change::Decoder`] would give for a snapshot record of the row; memory is
-//! one chunk's entries.
+//! one chunk's entries, and a chunk is at most `--chunk-rows` rows and, with
+//! [`SourceSide::set_chunk_memory`], about that many bytes of decoded rows: the first
+//! chunk is small, and each next one is sized by the rows of the one before
+//! ([`heap_bytes`]), so wide rows make short chunks.
 
 use std::sync::Arc;
 
@@ -25,7 +28,7 @@ use cdc_sinks::SinkRecord;
 use cdc_sources::verify::{ReadMark, TableReader};
 use serde_json::Value;
 
-use super::compare::JsonRow;
+use super::compare::{heap_bytes, JsonRow};
 use super::VerifyError;
 use crate::config::Config;
 use crate::pipeline::run::encoder_config;
@@ -49,7 +52,14 @@ pub struct SourceSide {
     value_buf: Vec<u8>,
     /// A sink's column selection and renames, applied to the after-images.
     columns: Option<ColumnMap>,
+    /// The memory a chunk may take (`None`: only `--chunk-rows` bounds it).
+    chunk_bytes: Option<usize>,
+    /// The memory one row of the last chunk took, on average (estimated).
+    row_bytes: Option<usize>,
 }
+
+/// Rows of the first chunk when chunks are sized by memory (before any row was seen).
+const FIRST_CHUNK_ROWS: usize = 100;
 
 impl SourceSide {
     pub async fn open(config: &Config, table: &TableId) -> Result<SourceSide, VerifyError> {
@@ -103,12 +113,30 @@ impl SourceSide {
             key_buf: Vec::new(),
             value_buf: Vec::new(),
             columns: None,
+            chunk_bytes: None,
+            row_bytes: None,
         })
     }
 
     /// Compares with a sink's view: its column selection and renames apply.
     pub fn set_columns(&mut self, columns: ColumnMap) {
         self.columns = Some(columns);
+    }
+
+    /// Sizes the chunks to about `bytes` of decoded rows each (still at most the rows
+    /// asked for).
+    pub fn set_chunk_memory(&mut self, bytes: usize) {
+        self.chunk_bytes = Some(bytes.max(1));
+    }
+
+    /// The rows of the next chunk: `max` at most, and about what fits its memory at the
+    /// size of the last chunk's rows.
+    fn chunk_rows(&self, max: usize) -> usize {
+        match (self.chunk_bytes, self.row_bytes) {
+            (None, _) => max,
+            (Some(_), None) => max.min(FIRST_CHUNK_ROWS),
+            (Some(b), Some(r)) => (b / r.max(1)).clamp(1, max),
+        }
     }
 
     /// The topic the table's records go to.
@@ -138,10 +166,18 @@ impl SourceSide {
     pub async fn next_chunk(&mut self, rows: usize) -> Result<Vec<Entry>, VerifyError> {
         let rows = self
             .reader
-            .next_chunk(rows)
+            .next_chunk(self.chunk_rows(rows))
             .await
             .map_err(VerifyError::from_source)?;
-        self.entries(rows).await
+        let entries = self.entries(rows).await?;
+        if self.chunk_bytes.is_some() && !entries.is_empty() {
+            let bytes: usize = entries
+                .iter()
+                .map(|e| std::mem::size_of::<Entry>() + heap_bytes(&e.key) + heap_bytes(&e.after))
+                .sum();
+            self.row_bytes = Some(bytes / entries.len());
+        }
+        Ok(entries)
     }
 
     /// The rows of these record keys, in the current pass (those that exist).

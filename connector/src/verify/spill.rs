@@ -85,8 +85,15 @@ impl Budget {
         len < self.max_keys && (cap > len || cap < self.max_keys)
     }
 
+    /// The memory one chunk of source rows may take (their decoded maps): a quarter of
+    /// the budget, within 256 KiB and 8 MiB (rows beside the in-memory map of the log, or
+    /// the spill's buffers; past 8 MiB larger chunks save nothing).
+    pub fn chunk_bytes(&self) -> usize {
+        (self.bytes / 4).clamp(256 << 10, 8 << 20)
+    }
+
     /// The buffer of each of `files` open bucket files.
-    fn buffer(&self, files: usize) -> usize {
+    pub(super) fn buffer(&self, files: usize) -> usize {
         (self.bytes / 8 / files.max(1)).clamp(4 << 10, 64 << 10)
     }
 
@@ -227,7 +234,7 @@ pub fn bucket_of(key: u64, level: u32, k: usize) -> usize {
 
 /// A spill's error: what failed, naming the directory (and saying so when the disk is
 /// full).
-fn io_err(dir: &Path, what: &str, e: io::Error) -> VerifyError {
+pub(super) fn io_err(dir: &Path, what: &str, e: io::Error) -> VerifyError {
     let full = e.kind() == io::ErrorKind::StorageFull
         || matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT));
     VerifyError::Failed(format!(
@@ -277,25 +284,25 @@ impl Drop for SpillDir {
 }
 
 /// Fixed-size records appended to a file through a buffer.
-struct Out {
+pub(super) struct Out {
     w: BufWriter<File>,
 }
 
 impl Out {
-    fn create(dir: &Path, path: &Path, buffer: usize) -> Result<Out, VerifyError> {
+    pub(super) fn create(dir: &Path, path: &Path, buffer: usize) -> Result<Out, VerifyError> {
         let f = File::create(path).map_err(|e| io_err(dir, "creating a bucket file", e))?;
         Ok(Out {
             w: BufWriter::with_capacity(buffer, f),
         })
     }
 
-    fn put(&mut self, dir: &Path, b: &[u8]) -> Result<(), VerifyError> {
+    pub(super) fn put(&mut self, dir: &Path, b: &[u8]) -> Result<(), VerifyError> {
         self.w
             .write_all(b)
             .map_err(|e| io_err(dir, "writing a bucket file", e))
     }
 
-    fn close(self, dir: &Path) -> Result<(), VerifyError> {
+    pub(super) fn close(self, dir: &Path) -> Result<(), VerifyError> {
         self.w
             .into_inner()
             .map(drop)
@@ -304,13 +311,13 @@ impl Out {
 }
 
 /// Reads fixed-size records of a file in order.
-struct In<const N: usize> {
+pub(super) struct In<const N: usize> {
     r: BufReader<File>,
-    left: u64,
+    pub(super) left: u64,
 }
 
 impl<const N: usize> In<N> {
-    fn open(dir: &Path, path: &Path, buffer: usize) -> Result<In<N>, VerifyError> {
+    pub(super) fn open(dir: &Path, path: &Path, buffer: usize) -> Result<In<N>, VerifyError> {
         let f = File::open(path).map_err(|e| io_err(dir, "reading a bucket file", e))?;
         let len = f
             .metadata()
@@ -322,7 +329,7 @@ impl<const N: usize> In<N> {
         })
     }
 
-    fn next(&mut self, dir: &Path) -> Result<Option<[u8; N]>, VerifyError> {
+    pub(super) fn next(&mut self, dir: &Path) -> Result<Option<[u8; N]>, VerifyError> {
         if self.left == 0 {
             return Ok(None);
         }
@@ -519,6 +526,9 @@ impl Spill {
         let buffer = self.budget.buffer(2);
         rb.map.clear();
         let mut input = In::<LOG_RECORD>::open(dir, log, buffer)?;
+        // The whole table at once (as the in-memory rebuild does), not grown by doubling.
+        let want = (input.left as usize).min(self.budget.max_keys);
+        rb.map.reserve(want);
         let mut fits = true;
         while let Some(b) = input.next(dir)? {
             let ev = Event::decode(&b)

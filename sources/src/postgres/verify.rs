@@ -5,8 +5,9 @@
 //! binary), so they are the values a snapshot record would carry.
 //!
 //! Chunks: keyset pagination on the key. For each chunk, `SELECT k::text … WHERE (k) >
-//! (lo) ORDER BY k OFFSET n-1 LIMIT 1` finds its last key as text (`None`: the rest of the
-//! table is the last chunk), then `COPY (SELECT … WHERE (k) > (lo) AND (k) <= (hi) ORDER BY
+//! (lo) ORDER BY t.k OFFSET n-1 LIMIT 1` finds its last key as text (`None`: the rest of
+//! the table is the last chunk; `t.k`, qualified, is the column, not the text output of
+//! the same name), then `COPY (SELECT … WHERE (k) > (lo) AND (k) <= (hi) ORDER BY
 //! k) TO STDOUT` reads it. COPY takes no parameters, so the bounds are the server's own
 //! text of the key values, quoted and cast back to the column's type: exact for every
 //! type. Memory is one chunk.
@@ -40,6 +41,11 @@ pub struct PgVerify {
     qualified: String,
     /// Quoted key column names, in key order, joined by `, `.
     key_list: String,
+    /// The same, each qualified by the table: what the queries `ORDER BY`. The chunk
+    /// bound's select list is the key's text under the key columns' own names, and a bare
+    /// name in `ORDER BY` means an output column first — so `ORDER BY "id"` would sort by
+    /// the text (`'10' < '9'`), and a chunk (typed bounds) could hold any number of rows.
+    key_order: String,
     /// `format_type` of each key column, for casting literals back.
     key_types: Vec<String>,
     /// The key's text of the last row of the previous chunk; `None` before the first.
@@ -90,20 +96,27 @@ impl PgVerify {
             .map(|c| quote_ident(&c.name))
             .collect::<Vec<_>>()
             .join(", ");
+        let qualified = format!(
+            "{}.{}",
+            quote_ident(&table.schema),
+            quote_ident(&table.name)
+        );
+        let key_order = key_names
+            .iter()
+            .map(|n| format!("{qualified}.{}", quote_ident(n)))
+            .collect::<Vec<_>>()
+            .join(", ");
         Ok(PgVerify {
             client,
             binary: binary_plan(&rel),
             select_list,
-            qualified: format!(
-                "{}.{}",
-                quote_ident(&table.schema),
-                quote_ident(&table.name)
-            ),
+            qualified,
             key_list: key_names
                 .iter()
                 .map(|n| quote_ident(n))
                 .collect::<Vec<_>>()
                 .join(", "),
+            key_order,
             key_types,
             rel,
             after: None,
@@ -201,7 +214,7 @@ impl PgVerify {
                 .as_ref()
                 .map(|l| format!("WHERE {l}"))
                 .unwrap_or_default(),
-            self.key_list,
+            self.key_order,
             max_rows - 1
         );
         let hi: Option<Vec<Option<String>>> = self
@@ -264,7 +277,7 @@ impl PgVerify {
             } else {
                 format!(" WHERE {filter}")
             },
-            self.key_list
+            self.key_order
         );
         let mut decoder = match &self.binary {
             Some(plan) => {
