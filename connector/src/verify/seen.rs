@@ -25,13 +25,11 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use cdc_sinks::view_read::ViewRow;
 
-use super::spill::{io_err, Budget, In, Out, Smallest, SpillDir};
+use super::spill::{Budget, In, Out, Smallest, SpillDir};
 use super::VerifyError;
 
 /// Runs of one kind at most before they are merged into one.
@@ -335,16 +333,7 @@ impl SeenIds {
     /// The scanned row at `at` (an offset [`SeenIds::extras`] gives): its id and row.
     pub fn row_at(&self, at: u64) -> Result<(String, Option<ViewRow>), VerifyError> {
         let s = self.spill.as_ref().expect("spilled");
-        let dir = s.dir.path();
-        let mut f = File::open(dir.join("scan")).map_err(|e| io_err(dir, "reading rows", e))?;
-        f.seek(SeekFrom::Start(at))
-            .map_err(|e| io_err(dir, "reading rows", e))?;
-        let mut line = Vec::new();
-        BufReader::with_capacity(8 << 10, f)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| io_err(dir, "reading rows", e))?;
-        serde_json::from_slice(&line)
-            .map_err(|e| VerifyError::Failed(format!("{}: a bad row: {e}", dir.display())))
+        super::spill::json_line_at(s.dir.path(), "scan", at)
     }
 }
 

@@ -626,17 +626,25 @@ impl Spill {
 
     /// The source row written at `at` (an offset [`Found::source`] gives): key and row.
     pub fn row_at(&self, at: u64) -> Result<(JsonRow, JsonRow), VerifyError> {
-        let dir = self.dir.path();
-        let mut f = File::open(dir.join("rows")).map_err(|e| io_err(dir, "reading rows", e))?;
-        f.seek(SeekFrom::Start(at))
-            .map_err(|e| io_err(dir, "reading rows", e))?;
-        let mut line = Vec::new();
-        BufReader::with_capacity(8 << 10, f)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| io_err(dir, "reading rows", e))?;
-        serde_json::from_slice(&line)
-            .map_err(|e| VerifyError::Failed(format!("{}: a bad row: {e}", dir.display())))
+        json_line_at(self.dir.path(), "rows", at)
     }
+}
+
+/// The JSON line at byte `at` of file `name` in `dir` (a spilled row).
+pub(super) fn json_line_at<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    name: &str,
+    at: u64,
+) -> Result<T, VerifyError> {
+    let mut f = File::open(dir.join(name)).map_err(|e| io_err(dir, "reading rows", e))?;
+    f.seek(SeekFrom::Start(at))
+        .map_err(|e| io_err(dir, "reading rows", e))?;
+    let mut line = Vec::new();
+    BufReader::with_capacity(8 << 10, f)
+        .read_until(b'\n', &mut line)
+        .map_err(|e| io_err(dir, "reading rows", e))?;
+    serde_json::from_slice(&line)
+        .map_err(|e| VerifyError::Failed(format!("{}: a bad row: {e}", dir.display())))
 }
 
 #[cfg(test)]
