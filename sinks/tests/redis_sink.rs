@@ -78,6 +78,18 @@ async fn hgetall(c: &mut Conn, key: &str) -> Vec<(String, String)> {
     out
 }
 
+async fn smembers(c: &mut Conn, key: &str) -> Vec<String> {
+    let Reply::Array(Some(items)) = cmd(c, &["SMEMBERS", key]).await else {
+        panic!("SMEMBERS {key}")
+    };
+    let mut m: Vec<String> = items
+        .iter()
+        .map(|r| String::from_utf8(r.as_bytes().unwrap().to_vec()).unwrap())
+        .collect();
+    m.sort();
+    m
+}
+
 async fn keys(c: &mut Conn, pattern: &str) -> Vec<String> {
     let Reply::Array(Some(items)) = cmd(c, &["KEYS", pattern]).await else {
         panic!("KEYS")
@@ -174,27 +186,25 @@ async fn json_upserts_and_replays(url: &str) {
         get(&mut c, "j:t:1").await,
         Some(json!({"id": 1, "v": "a2", "n": null}))
     );
+    // The partition's offset (the last version taken) and the table's rows.
     assert_eq!(
-        hgetall(&mut c, "j:__cdc:v:public.t").await,
-        vec![
-            ("__applied".into(), "3".into()),
-            ("j:t:1".into(), "3".into()),
-            ("j:t:2".into(), "2".into())
-        ]
+        hgetall(&mut c, "j:__cdc:o:app.public.t").await,
+        vec![("0".into(), "3".into())]
     );
-    // A delete keeps its version: a replayed older insert does not bring the row back.
+    assert_eq!(
+        smembers(&mut c, "j:__cdc:k:public.t").await,
+        ["j:t:1", "j:t:2"]
+    );
+    // After a delete, a replayed older insert does not bring the row back.
     deliver_all(&mut s, &[del("t", 3, 1)]).await;
     assert_eq!(get(&mut c, "j:t:1").await, None);
     deliver_all(&mut s, &batch).await;
     assert_eq!(get(&mut c, "j:t:1").await, None);
     assert_eq!(
-        hgetall(&mut c, "j:__cdc:v:public.t").await,
-        vec![
-            ("__applied".into(), "4".into()),
-            ("j:t:1".into(), "4".into()),
-            ("j:t:2".into(), "2".into())
-        ]
+        hgetall(&mut c, "j:__cdc:o:app.public.t").await,
+        vec![("0".into(), "4".into())]
     );
+    assert_eq!(smembers(&mut c, "j:__cdc:k:public.t").await, ["j:t:2"]);
     assert_eq!(keys(&mut c, "j:t:*").await, vec!["j:t:2".to_string()]);
 }
 
@@ -290,13 +300,34 @@ async fn truncates(url: &str) {
     deliver_all(&mut s, &[del("t", 7, 5), truncate("t", 2500)]).await;
     assert_eq!(keys(&mut c, "tr:t:*").await, vec!["tr:t:5".to_string()]);
     assert_eq!(
-        hgetall(&mut c, "tr:__cdc:v:public.t").await,
-        vec![
-            ("__applied".into(), "2502".into()),
-            ("__truncated".into(), "2501".into()),
-            ("tr:t:5".into(), "2502".into())
+        hgetall(&mut c, "tr:__cdc:o:app.public.t").await,
+        vec![("0".into(), "2502".into())]
+    );
+    assert_eq!(smembers(&mut c, "tr:__cdc:k:public.t").await, ["tr:t:5"]);
+    // Nothing is left of the sweep.
+    assert_eq!(
+        keys(&mut c, "tr:__cdc:*").await,
+        [
+            "tr:__cdc:k:public.other",
+            "tr:__cdc:k:public.t",
+            "tr:__cdc:o:app.public.other",
+            "tr:__cdc:o:app.public.t"
         ]
     );
+    // A truncate later in the same batch as rows written before it, and the table's next
+    // truncate: only what came before each goes.
+    deliver_all(
+        &mut s,
+        &[
+            up("t", 2502, 6, json!({"id": 6})),
+            truncate("t", 2503),
+            up("t", 2504, 7, json!({"id": 7})),
+            truncate("other", 1),
+        ],
+    )
+    .await;
+    assert_eq!(keys(&mut c, "tr:t:*").await, vec!["tr:t:7".to_string()]);
+    assert_eq!(keys(&mut c, "tr:other:*").await, Vec::<String>::new());
 }
 
 async fn refuses_a_key_of_another_type(url: &str) {
@@ -331,29 +362,34 @@ async fn refuses_a_key_of_another_type(url: &str) {
     assert_eq!(get_raw(&mut c, "wh:t:1").await.as_deref(), Some("plain"));
 }
 
-/// The steady state's shortcut (keys' versions left unread once the sink knows the
-/// table's `__applied`) keeps every guarantee of the reads it skips: a key of another
-/// type is refused, a hash an older sink wrote without `__applied` is read in full, and
-/// a guess that another writer made wrong is read again before anything is applied.
-async fn unread_versions_keep_the_guarantees(url: &str) {
+/// The guard and the stored offsets: a key of another type is refused whether the change
+/// is an update, a delete or an insert; an offset that another writer moved on wins over
+/// the older change the sink holds; a sweep cut short (a crash between a truncate's EXEC
+/// and the end of its sweep) is finished on the next connection, before anything else,
+/// and keeps the rows written after the truncate.
+async fn guards_and_offsets(url: &str) {
     let mut s = sink(url, "f", "prefix = \"f\"").await;
     let mut c = client(url).await;
-    // The sink now knows the table's __applied (1).
     assert!(deliver_all(&mut s, &[up("t", 0, 1, json!({"id": 1}))])
         .await
         .is_empty());
     cmd(&mut c, &["RPUSH", "f:t:2", "someone else's"]).await;
     cmd(&mut c, &["HSET", "f:t:3", "a", "b"]).await;
+    cmd(&mut c, &["SADD", "f:t:5", "x"]).await;
     let rejected = deliver_all(
         &mut s,
         &[
             up("t", 1, 2, json!({"id": 2})),
             del("t", 2, 3),
             up("t", 3, 4, json!({"id": 4})),
+            change("t", Op::Create, 4, 5, Some(json!({"id": 5}))),
         ],
     )
     .await;
-    assert_eq!(rejected.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!(
+        rejected.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![0, 1, 3]
+    );
     assert!(
         rejected.iter().all(|r| r.1.contains("WRONGTYPE")),
         "{rejected:?}"
@@ -363,37 +399,37 @@ async fn unread_versions_keep_the_guarantees(url: &str) {
         panic!()
     };
     assert_eq!(ty, "hash", "the hash is untouched");
-    // Another writer moved the table on: the sink's guess is wrong, and the version it
-    // finds wins over the older change it holds.
-    cmd(
-        &mut c,
-        &[
-            "HSET",
-            "f:__cdc:v:public.t",
-            "__applied",
-            "50",
-            "f:t:1",
-            "50",
-        ],
-    )
-    .await;
+    // Refused keys do not join the rows.
+    assert_eq!(
+        smembers(&mut c, "f:__cdc:k:public.t").await,
+        ["f:t:1", "f:t:4"]
+    );
+    // Another writer moved the table's partition on: the older change the sink holds is
+    // stale.
+    cmd(&mut c, &["HSET", "f:__cdc:o:app.public.t", "0", "50"]).await;
     deliver_all(&mut s, &[up("t", 10, 1, json!({"id": 1, "older": true}))]).await;
     assert_eq!(get(&mut c, "f:t:1").await, Some(json!({"id": 1})));
-    // An older sink's hash (rows, no __applied): read in full, and left without it.
-    cmd(&mut c, &["HSET", "f:__cdc:v:public.old", "f:old:1", "100"]).await;
-    cmd(&mut c, &["SET", "f:old:1", "{\"id\":1,\"v\":\"new\"}"]).await;
-    let mut fresh = sink(url, "f2", "prefix = \"f\"").await;
-    for _ in 0..2 {
-        deliver_all(&mut fresh, &[up("old", 5, 1, json!({"id": 1, "v": "old"}))]).await;
+    // A sweep cut short: table `s`'s rows 1 and 2 were set aside by a truncate, row 3 was
+    // written after it.
+    for k in ["f:s:1", "f:s:2", "f:s:3"] {
+        cmd(&mut c, &["SET", k, "{}"]).await;
     }
+    cmd(
+        &mut c,
+        &["SADD", "f:__cdc:t:public.s", "f:s:1", "f:s:2", "f:s:3"],
+    )
+    .await;
+    cmd(&mut c, &["SADD", "f:__cdc:k:public.s", "f:s:3"]).await;
+    cmd(&mut c, &["SADD", "f:__cdc:sweeps", "public.s"]).await;
+    let mut fresh = sink(url, "f2", "prefix = \"f\"").await;
+    deliver_all(&mut fresh, &[up("t", 60, 6, json!({"id": 6}))]).await;
+    assert_eq!(keys(&mut c, "f:s:*").await, ["f:s:3"]);
+    assert_eq!(keys(&mut c, "f:__cdc:t:*").await, Vec::<String>::new());
     assert_eq!(
-        get(&mut c, "f:old:1").await,
-        Some(json!({"id": 1, "v": "new"}))
+        smembers(&mut c, "f:__cdc:sweeps").await,
+        Vec::<String>::new()
     );
-    assert_eq!(
-        hgetall(&mut c, "f:__cdc:v:public.old").await,
-        vec![("f:old:1".into(), "100".into())]
-    );
+    assert_eq!(get(&mut c, "f:t:6").await, Some(json!({"id": 6})));
 }
 
 /// A reader polling two keys of one transaction never sees one updated without the
@@ -494,7 +530,7 @@ fn redis_views() {
         invalidates(&url).await;
         truncates(&url).await;
         refuses_a_key_of_another_type(&url).await;
-        unread_versions_keep_the_guarantees(&url).await;
+        guards_and_offsets(&url).await;
     });
 }
 
@@ -525,7 +561,7 @@ fn valkey_views_and_transactions() {
         invalidates(&url).await;
         truncates(&url).await;
         refuses_a_key_of_another_type(&url).await;
-        unread_versions_keep_the_guarantees(&url).await;
+        guards_and_offsets(&url).await;
         assert!(transactions_are_atomic(&url, true).await);
     });
 }

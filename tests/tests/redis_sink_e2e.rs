@@ -484,11 +484,11 @@ transactional = true
     drop_slot(pg, &db).await;
 }
 
-/// With `[log] partitions = 3` a row's versions live in its partition's versions hash and
-/// a truncate is in every partition (each at its place in commit order): rows committed
+/// With `[log] partitions = 3` a row's key is in its partition's rows set, each partition
+/// has its own stored offset, and a truncate is in every partition (each at its place in commit order): rows committed
 /// before the truncate are gone from both views, rows committed after it stay, whichever
 /// partition the sink reads first; a replay from the earliest offsets changes nothing, and
-/// `cdc verify --sink` reads every partition's hash.
+/// `cdc verify --sink` reads every partition's rows set.
 #[tokio::test(flavor = "multi_thread")]
 async fn truncates_clear_every_partition_of_a_multi_partition_topic() {
     let pg = PgServer::shared();
@@ -584,16 +584,16 @@ transactional = true
         "view",
     ]);
     assert!(out.contains("equal"), "{out}");
-    // Three partitions, three versions hashes for each sink.
+    // Three partitions, three rows sets for each sink.
     let mut r0 = Redis::connect(redis.port(), 0);
-    let mut hashes = r0.keys("t:__cdc:v:*");
-    hashes.sort();
+    let mut sets = r0.keys("t:__cdc:k:*");
+    sets.sort();
     assert_eq!(
-        hashes,
+        sets,
         [
-            "t:__cdc:v:public.items",
-            "t:__cdc:v:public.items#1",
-            "t:__cdc:v:public.items#2"
+            "t:__cdc:k:public.items",
+            "t:__cdc:k:public.items#1",
+            "t:__cdc:k:public.items#2"
         ]
     );
 

@@ -100,11 +100,7 @@ async fn verify_sink_compares_redis_views_with_the_table() {
         0,
         &["SET", "t:item:999", r#"{"id":999,"name":"ghost"}"#],
     );
-    redis_cli(
-        &redis,
-        0,
-        &["HSET", "t:__cdc:v:public.item", "t:item:999", "1"],
-    );
+    redis_cli(&redis, 0, &["SADD", "t:__cdc:k:public.item", "t:item:999"]);
     let (code, out, err) = c.verify(&[
         "--table",
         "public.item",
@@ -394,8 +390,8 @@ async fn verify_sink_memory_on_a_large_table() {
     c.start();
     c.wait_records("t.public.big", rows, Duration::from_secs(3600))
         .await;
-    // The sink has applied the table when Redis holds a key per row (and its versions
-    // hash) and stops growing.
+    // The sink has applied the table when Redis holds a key per row (and its offsets
+    // hash and rows set) and stops growing.
     let dbsize = || -> u64 { redis_cli(&redis, 0, &["DBSIZE"]).trim().parse().unwrap() };
     let started = std::time::Instant::now();
     let mut last = 0;
@@ -418,7 +414,7 @@ async fn verify_sink_memory_on_a_large_table() {
         0,
         &["SET", "t:big:0", r#"{"id":0,"v":"ghost","n":0}"#],
     );
-    redis_cli(&redis, 0, &["HSET", "t:__cdc:v:public.big", "t:big:0", "1"]);
+    redis_cli(&redis, 0, &["SADD", "t:__cdc:k:public.big", "t:big:0"]);
     let budgets = std::env::var("CDC_VERIFY_MB").unwrap_or_else(|_| "64,16,4".into());
     // A profiler to run each verify under, e.g. `heaptrack -o DIR/heap`.
     let wrap = std::env::var("CDC_VERIFY_WRAP").unwrap_or_default();

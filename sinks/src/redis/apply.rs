@@ -1,51 +1,74 @@
 //! How a chunk of changes is applied: what is read from Redis first (under WATCH), which
-//! change wins per key, and the MULTI/EXEC block that applies the winners and their
-//! versions together. Pure: commands out, replies in; the I/O is in [`super::deliver`].
+//! change wins per key, and the MULTI/EXEC block that applies the winners together with
+//! the position they bring the view to. Pure: commands out, replies in; the I/O is in
+//! [`super::deliver`].
 //!
-//! # The versions hash
+//! # The sink's own keys
 //!
-//! Per table and partition of its topic, `<prefix>:__cdc:v:<schema>.<table>` (partition
-//! 0; `…#<p>` for partition `p`, see [`push_versions_key`]) maps each row's Redis key (the
-//! field) to the version ([`Change::version`]) of the last change applied to it. A delete keeps
-//! its entry (a tombstone), so a replayed older insert cannot bring the row back. Field
-//! `__truncated` holds the version of the table's latest truncate: every change at or
-//! below it is ignored. A change is applied only when its version is above both.
-//! Field `__applied` holds the highest version of any change of the table (in that
-//! partition) the sink has taken: every field's version is at or below it.
+//! - **Offsets**, one hash per topic: `<prefix>:__cdc:o:<topic>` ([`push_offsets_key`]),
+//!   field `<partition>` = the version ([`Change::version`], the record's offset + 1) of
+//!   the last change of that partition the view has taken. It is the consumer position
+//!   stored in the target, written in the same `MULTI`/`EXEC` as the effects it covers,
+//!   so the two never disagree.
+//! - **Rows**, one set per table and partition of its topic: `<prefix>:__cdc:k:<schema>.<table>`
+//!   (`…#<p>` for partition `p` > 0, [`push_rows_key`]): the Redis keys of the rows the
+//!   sink holds. Only inserts and deletes change it (an update's key is already there).
+//!   It is what a truncate deletes and what `cdc verify --sink` reads.
+//! - **Truncated rows** (`<prefix>:__cdc:t:…`, same suffix): the rows set of a truncate
+//!   whose sweep is not finished, listed in `<prefix>:__cdc:sweeps` until it is.
 //!
-//! # One chunk, exactly once
+//! # Exactly once: a change is applied when its version is above its partition's offset
 //!
-//! 1. `WATCH` the chunk's versions hashes, read their markers (`HMGET` of `__truncated`
-//!    and `__applied`, `HLEN`) and the versions of the chunk's keys (`HMGET`). When all of
-//!    a table's changes in the chunk are above the `__applied` the sink last wrote (the
-//!    steady state: the log is read forward), the keys' versions are not read: they are
-//!    all below. If the marker read says otherwise (another writer, a replay), they are
-//!    read then, still under the WATCH.
-//! 2. Per key, the winner is the newest change above the key's version and the table's
-//!    truncate (this chunk's truncates included); the others are stale (a replay) or
-//!    superseded within the chunk (the chunk is applied atomically, so they could never
-//!    be seen).
-//! 3. Where the winner must not clobber a key of another type: ask `TYPE` (hash rows and
-//!    deletes), or `EXISTS` in bulk (new JSON rows; `TYPE` each only when some exist).
-//!    A table whose keys' versions were not read (step 1) takes its inserts for the new
-//!    rows (EXISTS as above); its other JSON rows are written with `SET … GET` and its
-//!    deletes are `GETDEL`, both of which refuse a key of another type by themselves
-//!    (JSON values only; a hash-valued sink reads the versions).
-//!    These keys are not watched (watching thousands of keys costs Redis quadratic time):
-//!    another client creating one of the sink's keys in the instant between this read and
-//!    the EXEC is not guarded against. A key holding a type the sink does not write is refused
-//!    (`WRONGTYPE`, the change goes to the dead-letter topic) and left alone.
-//! 4. `MULTI`, the effects (`MSET` of new JSON rows, `SET … GET` of known ones — which
-//!    refuses another type —, `DEL`+`HSET` of hash rows, `DEL`, `PEXPIRE`), the versions
-//!    (`HSET` of the hash, per table), the markers, `EXEC`. If anything watched changed
-//!    meanwhile (a versions hash), EXEC does nothing and the chunk is tried again from 1; so the check and
-//!    the write are one atomic step, and effect and version never disagree.
+//! A key's changes are all in one partition of one topic, read in offset order, and a
+//! chunk's effects and its new offsets are one atomic `EXEC`. So a change at or below its
+//! partition's stored offset has been applied (or superseded): it is stale, and a replay
+//! (a restart from an older group offset, a group reset, a duplicate) changes nothing.
+//! A change above it is newer than every change the view holds of its key: an older
+//! change never overwrites a newer one. This is the per-key version check, with one
+//! version per partition instead of one per key: a key's version is at or below its
+//! partition's offset, and nothing else is needed to decide. (An earlier design stored a
+//! version per key in a hash: it cost Redis a hash write per change, more than the
+//! change's own write; see BENCHMARKS.md.)
+//!
+//! # One chunk
+//!
+//! 1. `WATCH` the offsets hashes of the chunk's topics, read their partitions' offsets,
+//!    and ask the rows sets which of the keys the chunk updates or deletes are the sink's
+//!    (`SMISMEMBER`). Inserts are not asked: an insert above the offset makes a new row.
+//! 2. Per key, the winner is the newest change above its partition's offset and above a
+//!    truncate of its table in the chunk; the others are stale (a replay) or superseded
+//!    within the chunk (the chunk is applied atomically, so they could never be seen).
+//! 3. The guard: a key that is not in the rows set (an insert, or a row the sink does not
+//!    know) is looked up with `EXISTS` in bulk, and `TYPE` for each that exists. A key
+//!    that holds a type the sink does not write (another application's key) is refused
+//!    (the change goes to the dead-letter topic) and left alone. These keys are not
+//!    watched (watching thousands of keys costs Redis quadratic time): another client
+//!    creating one of them in the instant between this read and the EXEC is not guarded
+//!    against, nor is another client replacing a key that is in the rows set.
+//! 4. `MULTI`; for a truncated table, `RENAME` of its rows set to the truncated rows set
+//!    (and the latter listed in the sweeps); the effects in bulk (`DEL`, `MSET` of JSON
+//!    rows, or `SET … PX` with a TTL, `HSET` per hash row); `SADD`/`SREM` of the rows
+//!    sets; the new offsets; `EXEC`. If an offsets hash changed meanwhile (another
+//!    writer), EXEC does nothing and the chunk is planned again from 1.
+//!
+//! # Truncates
+//!
+//! After its EXEC, a truncate's sweep deletes the keys of the truncated rows set, a
+//! thousand at a time, except those the rows set holds again (rows written after the
+//! truncate, in the same chunk or later), each step one `MULTI`/`EXEC` that deletes the
+//! keys and removes them from the set; it ends when the set is empty (Redis then drops
+//! it) and the sweeps list forgets it. A sweep cut short (a crash, a lost connection) is
+//! finished when the sink next connects, before it applies anything; and a chunk that
+//! truncates a table whose sweep is still listed finishes that sweep first. Several
+//! partitions: the connector writes a truncate to every partition, each partition's
+//! copy truncates that partition's rows set.
 //!
 //! Why not a Lua script: measured on Redis 7, a script doing the same work spends ~2.7 µs
 //! per change converting arguments between Redis and Lua, against ~0.8 µs for these
 //! plain commands (`redis-cli --pipe` of SETs: ~1 µs per SET all told).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -53,50 +76,51 @@ use super::config::{Mode, Resolved, ValueKind};
 use super::conn::{Cmd, Reply};
 use crate::change::{Change, Op};
 
-/// Field of the versions hash holding the table's truncate version.
-pub const TRUNCATED: &str = "__truncated";
-
-/// Field of the versions hash holding the highest version taken for the table (every
-/// field's version is at or below it).
-pub const APPLIED: &str = "__applied";
-
-/// Whether a versions hash's field is one of its markers, not a row's key.
-pub fn is_marker(field: &[u8]) -> bool {
-    field == TRUNCATED.as_bytes() || field == APPLIED.as_bytes()
-}
-
-/// Keys per HMGET / EXISTS / MSET / HSET command.
+/// Keys per SMISMEMBER / EXISTS / MSET / DEL / SADD / SREM command.
 const CHUNK: usize = 1000;
 
-/// The versions hash of a change's table and partition ([`push_versions_key`]).
-pub fn versions_key(prefix: &str, c: &Change) -> String {
-    let mut out = String::new();
-    push_versions_key(&mut out, prefix, &c.schema, &c.table, c.partition);
-    out
+/// Appends the name of the hash of `topic`'s offsets in the view: `<prefix>:__cdc:o:<topic>`.
+pub fn push_offsets_key(out: &mut String, prefix: &str, topic: &str) {
+    out.push_str(prefix);
+    out.push_str(":__cdc:o:");
+    out.push_str(topic);
 }
 
-/// Appends the name of the versions hash of `schema.table`'s rows in `partition` of its
-/// topic: `<prefix>:__cdc:v:<schema>.<table>` for partition 0 (the only one by default),
-/// `…#<partition>` for the others. One hash per partition because versions are offsets,
-/// comparable within a partition only: a key's changes are all in one partition, and a
-/// truncate is written to every partition, so each partition's hash, marker and sweep are
-/// exact on their own.
-pub fn push_versions_key(
-    out: &mut String,
-    prefix: &str,
-    schema: &str,
-    table: &str,
-    partition: u32,
-) {
+/// Appends the name suffix shared by a table's rows set and truncated rows set:
+/// `<schema>.<table>` for partition 0 (the only one by default), `…#<partition>` for the
+/// others. One set per partition: a key's changes are all in one partition, and a
+/// truncate is written to every partition, so each partition's sweep is exact on its own.
+pub fn push_table_suffix(out: &mut String, schema: &str, table: &str, partition: u32) {
     use std::fmt::Write;
-    out.push_str(prefix);
-    out.push_str(":__cdc:v:");
     out.push_str(schema);
     out.push('.');
     out.push_str(table);
     if partition > 0 {
         let _ = write!(out, "#{partition}");
     }
+}
+
+/// Appends the name of the set of the Redis keys of `schema.table`'s rows in `partition`.
+pub fn push_rows_key(out: &mut String, prefix: &str, schema: &str, table: &str, partition: u32) {
+    out.push_str(prefix);
+    out.push_str(":__cdc:k:");
+    push_table_suffix(out, schema, table, partition);
+}
+
+/// The rows set of a table suffix ([`push_table_suffix`]).
+pub fn rows_key(prefix: &str, suffix: &str) -> String {
+    format!("{prefix}:__cdc:k:{suffix}")
+}
+
+/// The truncated rows set of a table suffix: the rows a truncate's sweep still has to
+/// delete.
+pub fn truncated_key(prefix: &str, suffix: &str) -> String {
+    format!("{prefix}:__cdc:t:{suffix}")
+}
+
+/// The set of table suffixes whose truncate sweep is not finished.
+pub fn sweeps_key(prefix: &str) -> String {
+    format!("{prefix}:__cdc:sweeps")
 }
 
 /// A column's value in a hash field: strings as they are, anything else as JSON.
@@ -123,57 +147,84 @@ struct Item {
     key: usize,
     version: u64,
     what: What,
-    /// The change is an insert (`c`).
+    /// The change is an insert (`c`): its key is not asked of the rows set.
     create: bool,
+    /// The change is a delete (`d`): the row leaves the rows set.
+    delete: bool,
 }
 
 /// What a key holds, as far as the plan needs to know.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Held {
     Unknown,
+    /// Nothing is there.
     Nothing,
+    /// The sink's row: in the rows set, or of the type the sink writes.
     Mine,
-    Other(String),
+    /// In the rows set (known from step 1).
+    Member,
+    /// Another type: another application's key.
+    Other(&'static str),
 }
 
 /// What the EXEC replies mean, one entry per queued command.
 enum Role {
     /// A per-change effect: an error reply refuses change `usize` (batch index).
     Change(usize),
+    /// An error reply fails the chunk.
     Bulk,
+    /// The rows set's RENAME: "no such key" (an empty table) is fine.
+    Rename,
+}
+
+/// A table (and partition) of the chunk.
+struct Table {
+    /// `<schema>.<table>[#p]`.
+    suffix: String,
+    rows: String,
+    /// Index into [`ChunkPlan::offsets`].
+    slot: usize,
+    /// Distinct keys, and for each whether it is in the rows set (step 1).
+    keys: Vec<String>,
+    index: HashMap<String, usize>,
+    member: Vec<bool>,
+    /// Keys asked of the rows set (step 1), in order.
+    asked: Vec<usize>,
+    /// The chunk's newest truncate of the table (0: none).
+    truncate: u64,
+    /// Per key: the item that wins.
+    winners: Vec<Option<usize>>,
+}
+
+/// A topic partition of the chunk: its offset in the view.
+struct Slot {
+    /// The offsets hash's name.
+    hash: String,
+    partition: u32,
+    /// As read (0: none yet).
+    applied: u64,
+    /// The chunk's highest version.
+    high: u64,
 }
 
 /// One chunk's way through the steps of the module doc.
 pub struct ChunkPlan {
     items: Vec<Item>,
-    /// Versions hash names.
-    tables: Vec<String>,
-    /// Per table, its distinct keys and their versions.
-    keys: Vec<Vec<String>>,
-    versions: Vec<Vec<u64>>,
-    markers: Vec<u64>,
-    /// Per table: the chunk's lowest and highest versions.
-    low: Vec<u64>,
-    high: Vec<u64>,
-    /// Per table: `__applied` as read (`None`: not trusted: a hash of an older sink that
-    /// has rows but no `__applied`).
-    applied: Vec<Option<u64>>,
-    /// Per table: whether the keys' versions were read (else all are below the chunk).
-    read_keys: Vec<bool>,
-    /// Per table and key: the item that wins.
-    winners: Vec<Vec<Option<usize>>>,
+    tables: Vec<Table>,
+    offsets: Vec<Slot>,
+    /// Distinct offsets hashes (watched).
+    hashes: Vec<String>,
     /// Per item index, what its key holds (winners that need to know).
     held: Vec<Held>,
-    /// Items whose key is new (JSON rows), checked in groups by EXISTS.
+    /// Items whose key's existence is asked (EXISTS, in groups of [`CHUNK`]).
     fresh: Vec<usize>,
+    /// Items whose TYPE replies come next.
+    pending_typed: Vec<usize>,
     /// Refused at planning: batch index and why.
     pub rejected: Vec<(usize, String)>,
     pub stale: u64,
     roles: Vec<Role>,
-    /// Items whose TYPE replies come next.
-    pending_typed: Vec<usize>,
-    /// Tables whose keys' versions [`ChunkPlan::take_more_versions`] takes next.
-    pending_more: Vec<usize>,
+    prefix: String,
     hash: bool,
     invalidate: bool,
     ttl_ms: Option<u64>,
@@ -182,25 +233,41 @@ pub struct ChunkPlan {
 impl ChunkPlan {
     /// Renders `idx` (batch indices into `changes`, in order; no END records).
     pub fn new(cfg: &Resolved, changes: &[Change], idx: &[usize]) -> ChunkPlan {
-        let mut tables: Vec<String> = Vec::new();
-        let mut keys: Vec<Vec<String>> = Vec::new();
-        let mut key_index: Vec<HashMap<String, usize>> = Vec::new();
-        let mut items = Vec::with_capacity(idx.len());
+        let mut plan = ChunkPlan {
+            items: Vec::with_capacity(idx.len()),
+            tables: Vec::new(),
+            offsets: Vec::new(),
+            hashes: Vec::new(),
+            held: Vec::new(),
+            fresh: Vec::new(),
+            pending_typed: Vec::new(),
+            rejected: Vec::new(),
+            stale: 0,
+            roles: Vec::new(),
+            prefix: cfg.prefix.clone(),
+            hash: cfg.value == ValueKind::Hash,
+            invalidate: cfg.mode == Mode::Invalidate,
+            ttl_ms: cfg.ttl_ms,
+        };
         let mut name = String::new();
-        let mut vh = String::new();
+        let mut suffix = String::new();
+        // The last change's table: runs of one table are the common case, and the decoder
+        // shares one copy of each name, so comparing pointers finds them.
+        let mut last: Option<(usize, &Change)> = None;
         for &i in idx {
             let c = &changes[i];
-            vh.clear();
-            push_versions_key(&mut vh, &cfg.prefix, &c.schema, &c.table, c.partition);
-            let t = match tables.iter().position(|x| *x == vh) {
-                Some(t) => t,
-                None => {
-                    tables.push(vh.clone());
-                    keys.push(Vec::new());
-                    key_index.push(HashMap::new());
-                    tables.len() - 1
+            let t = match last {
+                Some((t, l))
+                    if Arc::ptr_eq(&l.table, &c.table)
+                        && Arc::ptr_eq(&l.schema, &c.schema)
+                        && Arc::ptr_eq(&l.topic, &c.topic)
+                        && l.partition == c.partition =>
+                {
+                    t
                 }
+                _ => plan.table_of(c, &mut suffix),
             };
+            last = Some((t, c));
             let what = match (c.op, &c.after, &c.after_json) {
                 (Op::Truncate, _, _) => What::Truncate,
                 // The record's own JSON text (the decoder kept it: a JSON value sink).
@@ -224,232 +291,228 @@ impl ChunkPlan {
                 // A delete, or any change of an invalidating sink.
                 _ => What::Delete,
             };
+            let version = c.version();
+            let slot = &mut plan.offsets[plan.tables[t].slot];
+            slot.high = slot.high.max(version);
             let key = if matches!(what, What::Truncate) {
+                let table = &mut plan.tables[t];
+                table.truncate = table.truncate.max(version);
                 usize::MAX
             } else {
+                name.clear();
                 cfg.template.render(c, &mut name);
-                match key_index[t].get(name.as_str()) {
+                let table = &mut plan.tables[t];
+                match table.index.get(name.as_str()) {
                     Some(&k) => k,
                     None => {
-                        keys[t].push(name.clone());
-                        key_index[t].insert(name.clone(), keys[t].len() - 1);
-                        keys[t].len() - 1
+                        table.keys.push(name.clone());
+                        table.index.insert(name.clone(), table.keys.len() - 1);
+                        table.keys.len() - 1
                     }
                 }
             };
-            items.push(Item {
+            plan.items.push(Item {
                 change: i,
                 table: t,
                 key,
-                version: c.version(),
+                version,
                 what,
                 create: c.op == Op::Create,
+                delete: c.op == Op::Delete,
             });
         }
-        let n = items.len();
-        let mut low = vec![u64::MAX; tables.len()];
-        let mut high = vec![0; tables.len()];
-        for it in &items {
-            low[it.table] = low[it.table].min(it.version);
-            high[it.table] = high[it.table].max(it.version);
+        for t in &mut plan.tables {
+            t.member = vec![false; t.keys.len()];
+            t.winners = vec![None; t.keys.len()];
         }
-        ChunkPlan {
-            low,
-            high,
-            applied: vec![None; tables.len()],
-            read_keys: vec![true; tables.len()],
-            items,
-            versions: keys.iter().map(|k| vec![0; k.len()]).collect(),
-            winners: keys.iter().map(|k| vec![None; k.len()]).collect(),
-            markers: vec![0; tables.len()],
-            tables,
-            keys,
-            held: vec![Held::Unknown; n],
-            fresh: Vec::new(),
-            rejected: Vec::new(),
-            stale: 0,
-            roles: Vec::new(),
-            pending_typed: Vec::new(),
-            pending_more: Vec::new(),
-            hash: cfg.value == ValueKind::Hash,
-            invalidate: cfg.mode == Mode::Invalidate,
-            ttl_ms: cfg.ttl_ms,
-        }
+        plan.held = vec![Held::Unknown; plan.items.len()];
+        plan
     }
 
-    /// Step 1: WATCH the versions hashes, read markers and versions. `applied`: per
-    /// versions hash, the `__applied` this sink last wrote; a table whose changes are all
-    /// above it has its keys' versions left unread (a hash-valued sink reads them: it
-    /// needs to know which rows it holds).
-    pub fn reads_versions(&mut self, applied: &HashMap<String, u64>) -> Vec<Cmd> {
+    /// The index of `c`'s table (and partition), added if new.
+    fn table_of(&mut self, c: &Change, suffix: &mut String) -> usize {
+        suffix.clear();
+        push_table_suffix(suffix, &c.schema, &c.table, c.partition);
+        let mut hash = String::new();
+        push_offsets_key(&mut hash, &self.prefix, &c.topic);
+        if let Some(t) = self
+            .tables
+            .iter()
+            .position(|t| t.suffix == *suffix && self.offsets[t.slot].hash == hash)
+        {
+            return t;
+        }
+        let slot = match self
+            .offsets
+            .iter()
+            .position(|s| s.partition == c.partition && s.hash == hash)
+        {
+            Some(s) => s,
+            None => {
+                if !self.hashes.contains(&hash) {
+                    self.hashes.push(hash.clone());
+                }
+                self.offsets.push(Slot {
+                    hash,
+                    partition: c.partition,
+                    applied: 0,
+                    high: 0,
+                });
+                self.offsets.len() - 1
+            }
+        };
+        self.tables.push(Table {
+            suffix: suffix.clone(),
+            rows: rows_key(&self.prefix, suffix),
+            slot,
+            keys: Vec::new(),
+            index: HashMap::new(),
+            member: Vec::new(),
+            asked: Vec::new(),
+            truncate: 0,
+            winners: Vec::new(),
+        });
+        self.tables.len() - 1
+    }
+
+    /// The table suffixes this chunk truncates (their sweeps must not be pending when the
+    /// chunk renames their rows sets: the caller finishes any that is first).
+    pub fn truncated_suffixes(&self) -> impl Iterator<Item = &str> {
+        self.tables
+            .iter()
+            .filter(|t| t.truncate > 0)
+            .map(|t| t.suffix.as_str())
+    }
+
+    /// Step 1: WATCH the offsets hashes, read the offsets, ask the rows sets about the
+    /// keys of updates and deletes.
+    pub fn reads(&mut self) -> Vec<Cmd> {
         let mut out = Vec::new();
         let mut w = Cmd::new("WATCH");
-        for t in &self.tables {
-            w.arg(t.as_bytes());
+        for h in &self.hashes {
+            w.arg(h.as_bytes());
         }
         out.push(w);
-        for (t, name) in self.tables.iter().enumerate() {
-            let mut c = Cmd::new("HMGET");
-            c.arg(name.as_bytes())
-                .arg(TRUNCATED.as_bytes())
-                .arg(APPLIED.as_bytes());
+        for s in &self.offsets {
+            let mut c = Cmd::new("HGET");
+            c.arg(s.hash.as_bytes()).arg_u64(s.partition as u64);
             out.push(c);
-            let mut c = Cmd::new("HLEN");
-            c.arg(name.as_bytes());
-            out.push(c);
-            self.read_keys[t] = self.hash || applied.get(name).is_none_or(|&a| self.low[t] <= a);
-            if self.read_keys[t] {
-                self.push_key_reads(t, &mut out);
+        }
+        if self.invalidate {
+            return out;
+        }
+        let mut asked: Vec<Vec<bool>> = self
+            .tables
+            .iter()
+            .map(|t| vec![false; t.keys.len()])
+            .collect();
+        for it in &self.items {
+            if !it.create && !matches!(it.what, What::Truncate) {
+                asked[it.table][it.key] = true;
+            }
+        }
+        for (t, table) in self.tables.iter_mut().enumerate() {
+            table.asked = (0..table.keys.len()).filter(|&k| asked[t][k]).collect();
+            for chunk in table.asked.chunks(CHUNK) {
+                let mut c = Cmd::new("SMISMEMBER");
+                c.arg(table.rows.as_bytes());
+                for &k in chunk {
+                    c.arg(table.keys[k].as_bytes());
+                }
+                out.push(c);
             }
         }
         out
     }
 
-    fn push_key_reads(&self, t: usize, out: &mut Vec<Cmd>) {
-        for chunk in self.keys[t].chunks(CHUNK) {
-            let mut c = Cmd::new("HMGET");
-            c.arg(self.tables[t].as_bytes());
-            for k in chunk {
-                c.arg(k.as_bytes());
-            }
-            out.push(c);
-        }
-    }
-
-    fn take_key_versions<'r>(
-        &mut self,
-        t: usize,
-        r: &mut impl Iterator<Item = &'r Reply>,
-    ) -> Result<(), String> {
-        let mut at = 0;
-        while at < self.keys[t].len() {
-            let Some(Reply::Array(Some(vs))) = r.next() else {
-                return Err("HMGET: not an array".into());
-            };
-            for v in vs {
-                *self.versions[t]
-                    .get_mut(at)
-                    .ok_or("HMGET: too many values")? = version_of(v)?;
-                at += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// Takes step 1's replies. Returns the reads still needed (keys' versions left
-    /// unread on a guess that the markers did not bear out), to be sent and given to
-    /// [`ChunkPlan::take_more_versions`]; then [`ChunkPlan::decide`]. `Err` on a reply
-    /// that makes no sense (the caller says what it got).
-    pub fn take_versions(&mut self, replies: &[Reply]) -> Result<Vec<Cmd>, String> {
+    /// Takes step 1's replies, then decides the winners (step 2). `Err` on a reply that
+    /// makes no sense (the caller says what it got).
+    pub fn take_reads(&mut self, replies: &[Reply]) -> Result<(), String> {
         let mut r = replies.iter();
         expect_ok(r.next())?;
-        let mut more = Vec::new();
-        for t in 0..self.tables.len() {
-            let Some(Reply::Array(Some(m))) = r.next() else {
-                return Err(format!("HMGET of the markers: {replies:?}"));
+        for s in &mut self.offsets {
+            s.applied = match r.next() {
+                Some(v) => version_of(v)?,
+                None => return Err("HGET of an offset: no reply".into()),
             };
-            let [truncated, applied] = m.as_slice() else {
-                return Err(format!("HMGET of the markers: {m:?}"));
-            };
-            self.markers[t] = version_of(truncated)?;
-            let hlen = match r.next() {
-                Some(Reply::Int(n)) => *n,
-                other => return Err(format!("HLEN: {other:?}")),
-            };
-            self.applied[t] = match applied {
-                Reply::Bulk(None) if hlen > 0 => None,
-                a => Some(version_of(a)?),
-            };
-            if self.read_keys[t] {
-                self.take_key_versions(t, &mut r)?;
-            } else if self.applied[t].is_none_or(|a| self.low[t] <= a) {
-                self.read_keys[t] = true;
-                self.pending_more.push(t);
-                self.push_key_reads(t, &mut more);
+        }
+        // A replayed truncate is as stale as any change.
+        for table in &mut self.tables {
+            if table.truncate > 0 && table.truncate <= self.offsets[table.slot].applied {
+                table.truncate = 0;
             }
         }
-        Ok(more)
-    }
-
-    /// Takes the replies of the reads [`ChunkPlan::take_versions`] returned.
-    pub fn take_more_versions(&mut self, replies: &[Reply]) -> Result<(), String> {
-        let mut r = replies.iter();
-        for t in std::mem::take(&mut self.pending_more) {
-            self.take_key_versions(t, &mut r)?;
+        if !self.invalidate {
+            for table in &mut self.tables {
+                for chunk in table.asked.chunks(CHUNK) {
+                    let Some(Reply::Array(Some(flags))) = r.next() else {
+                        return Err("SMISMEMBER: not an array".into());
+                    };
+                    if flags.len() != chunk.len() {
+                        return Err("SMISMEMBER: as many flags as members".into());
+                    }
+                    for (&k, f) in chunk.iter().zip(flags) {
+                        table.member[k] = matches!(f, Reply::Int(1));
+                    }
+                }
+            }
         }
+        self.decide();
         Ok(())
     }
 
     /// Step 2: the winners.
-    pub fn decide(&mut self) {
-        // The chunk's own truncates count for every change of it.
-        for it in &self.items {
-            if matches!(it.what, What::Truncate) {
-                self.markers[it.table] = self.markers[it.table].max(it.version);
-            }
-        }
-        let mut floor: Vec<Vec<u64>> = self.versions.clone();
+    fn decide(&mut self) {
         for (n, it) in self.items.iter().enumerate() {
             if matches!(it.what, What::Truncate) {
                 continue;
             }
-            let f = &mut floor[it.table][it.key];
-            if it.version > *f && it.version > self.markers[it.table] {
-                *f = it.version;
-                if self.winners[it.table][it.key].is_some() {
-                    self.stale += 1; // superseded within the chunk
-                }
-                self.winners[it.table][it.key] = Some(n);
-            } else {
+            let table = &mut self.tables[it.table];
+            let applied = self.offsets[table.slot].applied;
+            if it.version <= applied || it.version <= table.truncate {
                 self.stale += 1;
+                continue;
+            }
+            // Items come in offset order per partition: a later item of the key is newer.
+            if table.winners[it.key].replace(n).is_some() {
+                self.stale += 1; // superseded within the chunk
             }
         }
     }
 
     fn winning(&self) -> impl Iterator<Item = (usize, &Item)> {
         self.items.iter().enumerate().filter(|(n, it)| {
-            !matches!(it.what, What::Truncate) && self.winners[it.table][it.key] == Some(*n)
+            !matches!(it.what, What::Truncate) && self.tables[it.table].winners[it.key] == Some(*n)
         })
     }
 
     fn key_of(&self, it: &Item) -> &str {
-        &self.keys[it.table][it.key]
+        &self.tables[it.table].keys[it.key]
     }
 
-    /// Step 3: TYPE of the keys whose type matters, EXISTS for new JSON rows.
-    /// Empty when nothing needs checking.
+    /// Step 3: EXISTS of the winners' keys that are not known to be the sink's. Empty
+    /// when nothing needs checking.
     pub fn reads_types(&mut self) -> Vec<Cmd> {
-        let mut typed = Vec::new();
+        if self.invalidate {
+            return Vec::new();
+        }
         let mut fresh = Vec::new();
-        for (n, it) in self.winning() {
-            if self.invalidate {
+        for (n, it) in self.items.iter().enumerate() {
+            if matches!(it.what, What::Truncate) {
                 continue;
             }
-            let read = self.read_keys[it.table];
-            match it.what {
-                // A new row: without its version, an insert is taken to be one (MSET
-                // then, far cheaper than a SET each, once EXISTS says none is there).
-                What::Json(_) if read && self.versions[it.table][it.key] == 0 => fresh.push(n),
-                What::Json(_) if !read && it.create => fresh.push(n),
-                What::Json(_) => {}
-                // Unread keys' deletes check the type themselves (GETDEL).
-                _ if !read => {}
-                _ => typed.push(n),
+            let table = &self.tables[it.table];
+            if table.winners[it.key] != Some(n) {
+                continue;
+            }
+            if table.member[it.key] {
+                self.held[n] = Held::Member;
+            } else {
+                fresh.push(n);
             }
         }
         self.fresh = fresh;
-        if typed.is_empty() && self.fresh.is_empty() {
-            return Vec::new();
-        }
-        // Not WATCHed: Redis checks a new watched key against all the client watches, so
-        // watching thousands costs quadratic time. The sink owns its key space; another
-        // client creating one of its keys between this read and the EXEC is not guarded.
         let mut out = Vec::new();
-        for &n in &typed {
-            let mut c = Cmd::new("TYPE");
-            c.arg(self.key_of(&self.items[n]).as_bytes());
-            out.push(c);
-        }
         for chunk in self.fresh.chunks(CHUNK) {
             let mut c = Cmd::new("EXISTS");
             for &n in chunk {
@@ -457,21 +520,16 @@ impl ChunkPlan {
             }
             out.push(c);
         }
-        self.pending_typed = typed;
         out
     }
 
-    /// Takes step 3's replies; returns the TYPE commands still needed (new JSON rows of
-    /// EXISTS groups where some key exists), to be sent and given to
+    /// Takes step 3's replies; returns the TYPE commands still needed (the keys of EXISTS
+    /// groups where some key exists), to be sent and given to
     /// [`ChunkPlan::take_fresh_types`].
     pub fn take_types(&mut self, replies: &[Reply]) -> Result<Vec<Cmd>, String> {
         let mut r = replies.iter();
-        let typed = std::mem::take(&mut self.pending_typed);
-        for &n in &typed {
-            self.held[n] = held_of(r.next(), self.hash)?;
-        }
         let mut again = Vec::new();
-        let fresh = self.fresh.clone();
+        let fresh = std::mem::take(&mut self.fresh);
         for chunk in fresh.chunks(CHUNK) {
             match r.next() {
                 Some(Reply::Int(0)) => {
@@ -498,27 +556,43 @@ impl ChunkPlan {
     /// Takes the replies of the commands [`ChunkPlan::take_types`] returned.
     pub fn take_fresh_types(&mut self, replies: &[Reply]) -> Result<(), String> {
         let again = std::mem::take(&mut self.pending_typed);
+        if replies.len() != again.len() {
+            return Err("TYPE: as many replies as keys".into());
+        }
         for (&n, r) in again.iter().zip(replies) {
             self.held[n] = held_of(Some(r), self.hash)?;
         }
         Ok(())
     }
 
-    /// Step 4: MULTI, effects, versions, markers, EXEC.
+    /// Step 4: MULTI, truncated rows sets set aside, effects, rows sets, offsets, EXEC.
     pub fn writes(&mut self) -> Vec<Cmd> {
         let mut out = vec![Cmd::new("MULTI")];
         let mut roles = Vec::new();
-        let mut refused: Vec<(usize, String)> = Vec::new();
-        let mut mset: Vec<usize> = Vec::new();
+        let sweeps = sweeps_key(&self.prefix);
+        for t in self.tables.iter().filter(|t| t.truncate > 0) {
+            let mut c = Cmd::new("RENAME");
+            c.arg(t.rows.as_bytes())
+                .arg(truncated_key(&self.prefix, &t.suffix).as_bytes());
+            out.push(c);
+            roles.push(Role::Rename);
+            let mut c = Cmd::new("SADD");
+            c.arg(sweeps.as_bytes()).arg(t.suffix.as_bytes());
+            out.push(c);
+            roles.push(Role::Bulk);
+        }
         let mut dels: Vec<usize> = Vec::new();
-        let mut applied: Vec<usize> = Vec::new();
+        let mut mset: Vec<usize> = Vec::new();
+        // Per table: keys that join the rows set, keys that leave it.
+        let mut adds: Vec<Vec<usize>> = vec![Vec::new(); self.tables.len()];
+        let mut rems: Vec<Vec<usize>> = vec![Vec::new(); self.tables.len()];
+        let mut singles = Vec::new();
         let winners: Vec<usize> = self.winning().map(|(n, _)| n).collect();
-        let ttl = self.ttl_ms;
         for n in winners {
             let it = &self.items[n];
-            let key = self.key_of(it).as_bytes();
-            if let Held::Other(ty) = &self.held[n] {
-                refused.push((
+            let held = self.held[n];
+            if let Held::Other(ty) = held {
+                self.rejected.push((
                     it.change,
                     format!(
                         "WRONGTYPE the key holds a {ty}; this sink writes a {}",
@@ -527,78 +601,81 @@ impl ChunkPlan {
                 ));
                 continue;
             }
-            applied.push(n);
+            let table = &self.tables[it.table];
+            // After a truncate in this chunk the rows set starts empty: every row written
+            // joins it again.
+            let known = held == Held::Member && table.truncate == 0;
             if self.invalidate {
+                // The rows set holds the keys of the rows that exist (that the application
+                // may have cached), for a truncate to invalidate.
                 dels.push(n);
+                if it.delete {
+                    rems[it.table].push(n);
+                } else {
+                    adds[it.table].push(n);
+                }
                 continue;
             }
             match &it.what {
                 What::Json(v) => {
-                    let known = self.held[n] == Held::Unknown;
-                    if !known && ttl.is_none() {
-                        mset.push(n);
-                    } else {
+                    if let Some(ms) = self.ttl_ms {
                         let mut c = Cmd::new("SET");
-                        c.arg(key).arg(v);
-                        if let Some(ms) = ttl {
-                            c.arg(b"PX").arg_u64(ms);
-                        }
-                        if known {
-                            // A key the sink wrote before: GET makes SET refuse another
-                            // type (WRONGTYPE) instead of replacing it.
-                            c.arg(b"GET");
-                        }
-                        out.push(c);
-                        roles.push(Role::Change(it.change));
+                        c.arg(self.key_of(it).as_bytes())
+                            .arg(v)
+                            .arg(b"PX")
+                            .arg_u64(ms);
+                        singles.push((c, it.change));
+                    } else {
+                        mset.push(n);
+                    }
+                    if !known {
+                        adds[it.table].push(n);
                     }
                 }
                 What::Hash(fields) => {
-                    if self.held[n] == Held::Mine {
+                    if matches!(held, Held::Member | Held::Mine) {
                         dels.push(n);
                     }
                     if !fields.is_empty() {
+                        let key = self.key_of(it).as_bytes();
                         let mut c = Cmd::new("HSET");
                         c.arg(key);
                         for (f, v) in fields {
                             c.arg(f.as_bytes()).arg(v);
                         }
-                        out.push(c);
-                        roles.push(Role::Change(it.change));
-                        if let Some(ms) = ttl {
+                        singles.push((c, it.change));
+                        if let Some(ms) = self.ttl_ms {
                             let mut c = Cmd::new("PEXPIRE");
                             c.arg(key).arg_u64(ms);
-                            out.push(c);
-                            roles.push(Role::Change(it.change));
+                            singles.push((c, it.change));
                         }
+                        if !known {
+                            adds[it.table].push(n);
+                        }
+                    } else if known {
+                        // A row of only NULLs has no hash: it leaves the set.
+                        rems[it.table].push(n);
                     }
                 }
-                What::Delete if !self.read_keys[it.table] => {
-                    // Refuses a key of another type (WRONGTYPE), as the read would have.
-                    let mut c = Cmd::new("GETDEL");
-                    c.arg(key);
-                    out.push(c);
-                    roles.push(Role::Change(it.change));
-                }
                 What::Delete => {
-                    if self.held[n] == Held::Mine {
+                    if matches!(held, Held::Member | Held::Mine) {
                         dels.push(n);
+                    }
+                    if held == Held::Member {
+                        rems[it.table].push(n);
                     }
                 }
                 What::Truncate => {}
             }
         }
-        // Deletes first: a hash row is deleted before its new fields are set. (The MULTI
-        // block is atomic, so the order inside it is not visible otherwise.)
-        if !dels.is_empty() {
-            for (i, chunk) in dels.chunks(CHUNK).enumerate() {
-                let mut c = Cmd::new("DEL");
-                for &n in chunk {
-                    c.arg(self.key_of(&self.items[n]).as_bytes());
-                }
-                // After MULTI (index 0), in chunk order.
-                out.insert(i + 1, c);
-                roles.insert(i, Role::Bulk);
+        // Deletes first: a hash row is deleted before its new fields are set.
+        for chunk in dels.chunks(CHUNK) {
+            let mut c = Cmd::new("DEL");
+            for &n in chunk {
+                c.arg(self.key_of(&self.items[n]).as_bytes());
             }
+            out.push(c);
+            roles.push(Role::Bulk);
         }
         for chunk in mset.chunks(CHUNK) {
             let mut c = Cmd::new("MSET");
@@ -611,37 +688,30 @@ impl ChunkPlan {
             out.push(c);
             roles.push(Role::Bulk);
         }
-        for (t, name) in self.tables.iter().enumerate() {
-            let mine: Vec<usize> = applied
-                .iter()
-                .copied()
-                .filter(|&n| self.items[n].table == t)
-                .collect();
-            for chunk in mine.chunks(CHUNK) {
-                let mut c = Cmd::new("HSET");
-                c.arg(name.as_bytes());
-                for &n in chunk {
-                    let it = &self.items[n];
-                    c.arg(self.key_of(it).as_bytes()).arg_u64(it.version);
+        for (c, change) in singles {
+            out.push(c);
+            roles.push(Role::Change(change));
+        }
+        for (t, table) in self.tables.iter().enumerate() {
+            for (name, list) in [("SADD", &adds[t]), ("SREM", &rems[t])] {
+                for chunk in list.chunks(CHUNK) {
+                    let mut c = Cmd::new(name);
+                    c.arg(table.rows.as_bytes());
+                    for &n in chunk {
+                        c.arg(self.key_of(&self.items[n]).as_bytes());
+                    }
+                    out.push(c);
+                    roles.push(Role::Bulk);
                 }
-                out.push(c);
-                roles.push(Role::Bulk);
             }
-            let truncate = self
-                .items
-                .iter()
-                .filter(|it| it.table == t && matches!(it.what, What::Truncate))
-                .map(|it| it.version)
-                .max();
+        }
+        for hash in &self.hashes {
             let mut c = Cmd::new("HSET");
-            c.arg(name.as_bytes());
-            if let Some(tv) = truncate.filter(|&tv| tv >= self.markers[t]) {
-                c.arg(TRUNCATED.as_bytes()).arg_u64(tv);
-            }
-            // Every change of the table up to the chunk's highest is taken. Left unset
-            // in a hash an older sink wrote without it: its fields may be above.
-            if let Some(a) = self.next_applied(t) {
-                c.arg(APPLIED.as_bytes()).arg_u64(a);
+            c.arg(hash.as_bytes());
+            for s in self.offsets.iter().filter(|s| s.hash == *hash) {
+                if s.high > s.applied {
+                    c.arg_u64(s.partition as u64).arg_u64(s.high);
+                }
             }
             if c.args() > 2 {
                 out.push(c);
@@ -649,39 +719,13 @@ impl ChunkPlan {
             }
         }
         out.push(Cmd::new("EXEC"));
-        self.rejected.extend(refused);
         self.roles = roles;
         out
     }
 
-    /// The `__applied` of table `t` once the chunk is applied (`None`: not kept, see
-    /// [`ChunkPlan::applied`]).
-    fn next_applied(&self, t: usize) -> Option<u64> {
-        self.applied[t].map(|a| a.max(self.high[t]))
-    }
-
-    /// Per versions hash, its `__applied` once the chunk is applied: for the caller to
-    /// give to the next chunk's [`ChunkPlan::reads_versions`].
-    pub fn applied_after(&self) -> impl Iterator<Item = (&str, u64)> {
-        (0..self.tables.len())
-            .filter_map(|t| Some((self.tables[t].as_str(), self.next_applied(t)?)))
-    }
-
-    /// The truncates of the chunk: versions hash and version, for the sweeps.
-    pub fn truncates(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = Vec::new();
-        for it in self
-            .items
-            .iter()
-            .filter(|it| matches!(it.what, What::Truncate))
-        {
-            let name = &self.tables[it.table];
-            match out.iter_mut().find(|(t, _)| t == name) {
-                Some((_, v)) => *v = (*v).max(it.version),
-                None => out.push((name.clone(), it.version)),
-            }
-        }
-        out
+    /// The truncated tables' suffixes, for their sweeps after the EXEC.
+    pub fn truncates(&self) -> Vec<String> {
+        self.truncated_suffixes().map(str::to_string).collect()
     }
 
     /// Takes the replies of [`ChunkPlan::writes`] (MULTI's, each QUEUED, EXEC's).
@@ -699,7 +743,8 @@ impl ChunkPlan {
                     if let Reply::Error(e) = r {
                         match role {
                             Role::Change(i) => self.rejected.push((*i, e.clone())),
-                            Role::Bulk => return Exec::Failed(e.clone()),
+                            Role::Rename if e.contains("no such key") => {}
+                            Role::Bulk | Role::Rename => return Exec::Failed(e.clone()),
                         }
                     }
                 }
@@ -710,22 +755,20 @@ impl ChunkPlan {
         }
     }
 
+    /// Back to step 1 (the EXEC found a watched key changed).
     pub fn reset_for_retry(&mut self) {
-        for v in &mut self.versions {
-            v.iter_mut().for_each(|x| *x = 0);
-        }
-        self.pending_more.clear();
-        for w in &mut self.winners {
-            w.iter_mut().for_each(|x| *x = None);
+        for t in &mut self.tables {
+            t.member.iter_mut().for_each(|m| *m = false);
+            t.winners.iter_mut().for_each(|w| *w = None);
         }
         for h in &mut self.held {
             *h = Held::Unknown;
         }
         self.fresh.clear();
+        self.pending_typed.clear();
         self.rejected.clear();
         self.stale = 0;
         self.roles.clear();
-        self.pending_typed.clear();
     }
 }
 
@@ -752,9 +795,9 @@ fn version_of(r: &Reply) -> Result<u64, String> {
         Reply::Bulk(Some(b)) => std::str::from_utf8(b)
             .ok()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| "a version that is not a number".to_string()),
+            .ok_or_else(|| "an offset that is not a number".to_string()),
         Reply::Error(e) => Err(e.clone()),
-        other => Err(format!("a version: {other:?}")),
+        other => Err(format!("an offset: {other:?}")),
     }
 }
 
@@ -764,7 +807,13 @@ fn held_of(r: Option<&Reply>, hash: bool) -> Result<Held, String> {
             "none" => Held::Nothing,
             "hash" if hash => Held::Mine,
             "string" if !hash => Held::Mine,
-            other => Held::Other(other.to_string()),
+            "string" => Held::Other("string"),
+            "hash" => Held::Other("hash"),
+            "list" => Held::Other("list"),
+            "set" => Held::Other("set"),
+            "zset" => Held::Other("zset"),
+            "stream" => Held::Other("stream"),
+            _ => Held::Other("value of another type"),
         }),
         Some(Reply::Error(e)) => Err(e.clone()),
         other => Err(format!("TYPE: {other:?}")),

@@ -4,11 +4,12 @@
 //!
 //! Invariants: chunks are applied in batch order, one after the other; rejected indices
 //! are into the slice given; a chunk whose EXEC found a watched key changed is planned
-//! again from fresh reads (bounded); a truncate's sweep runs after its marker is set, and
-//! deletes only rows whose version is below the truncate's, so a row changed after the
-//! truncate survives it and a change before it is ignored by the marker.
+//! again from fresh reads (bounded); a truncate's sweep runs right after the EXEC that set
+//! its rows aside, deletes only keys the table's rows set does not hold again (so a row
+//! written after the truncate survives it), and a sweep left unfinished is finished on
+//! the next connection before anything else is applied.
 
-use super::apply::{is_marker, ChunkPlan, Exec};
+use super::apply::{rows_key, sweeps_key, truncated_key, ChunkPlan, Exec};
 use super::conn::{is_transient_reply, Cmd, Conn, ConnError, Reply};
 use super::{RedisSink, CALL_BYTES, CALL_CHANGES};
 use crate::change::{Change, Op};
@@ -91,33 +92,31 @@ impl RedisSink {
         // half-read pipeline or a pending WATCH never carries over.
         let mut conn = self.conn.take().expect("connected");
         let io = |e: ConnError| e.into_sink_error(&addr);
+        if !self.sweeps_checked {
+            // A sweep cut short (a crash, a lost connection) ends before anything applies.
+            self.finish_sweeps(&mut conn).await?;
+            self.sweeps_checked = true;
+        }
         let mut rejected = Vec::new();
-        let mut truncates: Vec<(String, u64)> = Vec::new();
         const WHAT: &str = "applying changes in Redis";
         for idx in chunks(changes, cuts) {
             let mut plan = ChunkPlan::new(&self.cfg, changes, &idx);
+            if plan.truncated_suffixes().next().is_some() {
+                // The truncate renames the rows set to the truncated one: that must be free.
+                self.finish_sweeps(&mut conn).await?;
+            }
             let mut conflicts = 0;
             loop {
-                let r = conn
-                    .pipeline(&plan.reads_versions(&self.applied))
-                    .await
-                    .map_err(io)?;
+                let r = conn.pipeline(&plan.reads()).await.map_err(io)?;
                 check_replies(&r, WHAT)?;
-                let more = plan.take_versions(&r).map_err(|e| unexpected(WHAT, e))?;
-                if !more.is_empty() {
-                    let r = conn.pipeline(&more).await.map_err(io)?;
+                plan.take_reads(&r).map_err(|e| unexpected(WHAT, e))?;
+                let exists = plan.reads_types();
+                if !exists.is_empty() {
+                    let r = conn.pipeline(&exists).await.map_err(io)?;
                     check_replies(&r, WHAT)?;
-                    plan.take_more_versions(&r)
-                        .map_err(|e| unexpected(WHAT, e))?;
-                }
-                plan.decide();
-                let types = plan.reads_types();
-                if !types.is_empty() {
-                    let r = conn.pipeline(&types).await.map_err(io)?;
-                    check_replies(&r, WHAT)?;
-                    let more = plan.take_types(&r).map_err(|e| unexpected(WHAT, e))?;
-                    if !more.is_empty() {
-                        let r = conn.pipeline(&more).await.map_err(io)?;
+                    let types = plan.take_types(&r).map_err(|e| unexpected(WHAT, e))?;
+                    if !types.is_empty() {
+                        let r = conn.pipeline(&types).await.map_err(io)?;
                         check_replies(&r, WHAT)?;
                         plan.take_fresh_types(&r).map_err(|e| unexpected(WHAT, e))?;
                     }
@@ -125,24 +124,14 @@ impl RedisSink {
                 let r = conn.pipeline(&plan.writes()).await.map_err(io)?;
                 self.metrics.execs.inc();
                 match plan.take_exec(&r) {
-                    Exec::Done => {
-                        for (vh, a) in plan.applied_after() {
-                            match self.applied.get_mut(vh) {
-                                Some(x) => *x = a,
-                                None => {
-                                    self.applied.insert(vh.to_string(), a);
-                                }
-                            }
-                        }
-                        break;
-                    }
+                    Exec::Done => break,
                     Exec::Conflict => {
                         conflicts += 1;
                         self.metrics.conflicts.inc();
                         if conflicts >= MAX_CONFLICTS {
                             return Err(SinkError::transient(
                                 WHAT,
-                                "another client keeps changing the sink's keys while it applies them",
+                                "another client keeps changing the sink's offsets while it applies changes",
                             ));
                         }
                         plan.reset_for_retry();
@@ -152,94 +141,133 @@ impl RedisSink {
             }
             self.metrics.stale.add(plan.stale);
             rejected.append(&mut plan.rejected);
-            for (vh, tv) in plan.truncates() {
-                match truncates.iter_mut().find(|(t, _)| *t == vh) {
-                    Some((_, v)) => *v = (*v).max(tv),
-                    None => truncates.push((vh, tv)),
-                }
+            for suffix in plan.truncates() {
+                self.sweep(&mut conn, &suffix).await?;
             }
-        }
-        for (vh, tv) in truncates {
-            self.sweep(&mut conn, &vh, tv).await?;
         }
         self.conn = Some(conn);
         rejected.sort_by_key(|(i, _)| *i);
         Ok(rejected)
     }
 
-    /// Deletes the rows of truncated table `vh` whose version is below `tv` (its marker
-    /// is set), with their entries, a chunk of HSCAN at a time, each chunk under WATCH.
-    async fn sweep(&mut self, conn: &mut Conn, vh: &str, tv: u64) -> Result<(), SinkError> {
+    /// Finishes every sweep the sweeps list names.
+    async fn finish_sweeps(&mut self, conn: &mut Conn) -> Result<(), SinkError> {
+        let addr = self.cfg.address.clone();
+        let mut members = Cmd::new("SMEMBERS");
+        members.arg(sweeps_key(&self.cfg.prefix).as_bytes());
+        let r = conn
+            .call(members)
+            .await
+            .map_err(|e| e.into_sink_error(&addr))?;
+        let suffixes: Vec<String> = match r {
+            Reply::Array(Some(v)) => v
+                .iter()
+                .filter_map(|m| m.as_bytes())
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect(),
+            Reply::Error(e) => return Err(reply_error("reading the sink's pending sweeps", &e)),
+            other => {
+                return Err(unexpected(
+                    "reading the sink's pending sweeps",
+                    format!("{other:?}"),
+                ))
+            }
+        };
+        for suffix in suffixes {
+            tracing::info!(sink = %self.name, table = %suffix, "sink: finishing a truncate's sweep cut short");
+            self.sweep(conn, &suffix).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes the rows of a truncated table (the keys of its truncated rows set that its
+    /// rows set does not hold again), a thousand at a time, each step one MULTI/EXEC under
+    /// WATCH of the rows set; then forgets the sweep.
+    async fn sweep(&mut self, conn: &mut Conn, suffix: &str) -> Result<(), SinkError> {
         const WHAT: &str = "deleting a truncated table's rows in Redis";
         let addr = self.cfg.address.clone();
         let io = |e: ConnError| e.into_sink_error(&addr);
-        let mut cursor = b"0".to_vec();
+        let rows = rows_key(&self.cfg.prefix, suffix);
+        let truncated = truncated_key(&self.cfg.prefix, suffix);
         let mut deleted = 0u64;
         let mut conflicts = 0;
         loop {
             let mut watch = Cmd::new("WATCH");
-            watch.arg(vh.as_bytes());
-            let mut scan = Cmd::new("HSCAN");
-            scan.arg(vh.as_bytes())
-                .arg(&cursor)
-                .arg(b"COUNT")
-                .arg_u64(1000);
-            let r = conn.pipeline(&[watch, scan]).await.map_err(io)?;
+            watch.arg(rows.as_bytes());
+            let mut pick = Cmd::new("SRANDMEMBER");
+            pick.arg(truncated.as_bytes()).arg_u64(1000);
+            let r = conn.pipeline(&[watch, pick]).await.map_err(io)?;
             check_replies(&r, WHAT)?;
-            let (next, items) = match r.get(1) {
-                Some(Reply::Array(Some(v))) if v.len() == 2 => match (&v[0], &v[1]) {
-                    (Reply::Bulk(Some(n)), Reply::Array(Some(items))) => (n.clone(), items),
-                    _ => return Err(unexpected(WHAT, format!("{v:?}"))),
-                },
+            let keys: Vec<Vec<u8>> = match r.get(1) {
+                Some(Reply::Array(Some(v))) => v
+                    .iter()
+                    .filter_map(|m| m.as_bytes().map(<[u8]>::to_vec))
+                    .collect(),
                 other => return Err(unexpected(WHAT, format!("{other:?}"))),
             };
-            let old: Vec<&[u8]> = items
-                .chunks(2)
-                .filter_map(|p| match p {
-                    [Reply::Bulk(Some(f)), Reply::Bulk(Some(v))] if !is_marker(f) => {
-                        let v: u64 = std::str::from_utf8(v).ok()?.parse().ok()?;
-                        (v < tv).then_some(f.as_slice())
-                    }
-                    _ => None,
-                })
-                .collect();
-            if old.is_empty() {
+            if keys.is_empty() {
                 conn.call(Cmd::new("UNWATCH")).await.map_err(io)?;
-            } else {
-                let mut del = Cmd::new("DEL");
-                let mut hdel = Cmd::new("HDEL");
-                hdel.arg(vh.as_bytes());
-                for f in &old {
-                    del.arg(f);
-                    hdel.arg(f);
-                }
-                let r = conn
-                    .pipeline(&[Cmd::new("MULTI"), del, hdel, Cmd::new("EXEC")])
-                    .await
-                    .map_err(io)?;
-                match r.last() {
-                    Some(Reply::Array(Some(_))) => deleted += old.len() as u64,
-                    Some(Reply::Array(None)) => {
-                        // The versions hash changed meanwhile: scan this chunk again.
-                        conflicts += 1;
-                        if conflicts >= MAX_CONFLICTS {
-                            return Err(SinkError::transient(
-                                WHAT,
-                                "another client keeps changing the sink's versions hash",
-                            ));
-                        }
-                        continue;
-                    }
-                    Some(Reply::Error(e)) => return Err(reply_error(WHAT, e)),
-                    other => return Err(unexpected(WHAT, format!("{other:?}"))),
-                }
-            }
-            if next == b"0" {
                 break;
             }
-            cursor = next;
+            let mut ask = Cmd::new("SMISMEMBER");
+            ask.arg(rows.as_bytes());
+            for k in &keys {
+                ask.arg(k);
+            }
+            let flags = match conn.call(ask).await.map_err(io)? {
+                Reply::Array(Some(f)) if f.len() == keys.len() => f,
+                other => return Err(unexpected(WHAT, format!("{other:?}"))),
+            };
+            let mut del = Cmd::new("DEL");
+            let mut srem = Cmd::new("SREM");
+            srem.arg(truncated.as_bytes());
+            for (k, f) in keys.iter().zip(&flags) {
+                // A key the rows set holds again was written after the truncate: it stays.
+                if !matches!(f, Reply::Int(1)) {
+                    del.arg(k);
+                }
+                srem.arg(k);
+            }
+            let gone = del.args() - 1;
+            let mut block = vec![Cmd::new("MULTI")];
+            if gone > 0 {
+                block.push(del);
+            }
+            block.push(srem);
+            block.push(Cmd::new("EXEC"));
+            let r = conn.pipeline(&block).await.map_err(io)?;
+            match r.last() {
+                Some(Reply::Array(Some(results))) => {
+                    if let Some(Reply::Error(e)) =
+                        results.iter().find(|r| matches!(r, Reply::Error(_)))
+                    {
+                        return Err(reply_error(WHAT, e));
+                    }
+                    deleted += gone as u64;
+                }
+                Some(Reply::Array(None)) => {
+                    // The rows set changed meanwhile (another writer): ask again.
+                    conflicts += 1;
+                    if conflicts >= MAX_CONFLICTS {
+                        return Err(SinkError::transient(
+                            WHAT,
+                            "another client keeps changing the sink's rows set",
+                        ));
+                    }
+                }
+                Some(Reply::Error(e)) => return Err(reply_error(WHAT, e)),
+                other => return Err(unexpected(WHAT, format!("{other:?}"))),
+            }
         }
-        tracing::info!(sink = %self.name, versions = %vh, deleted, "sink: truncated table's rows deleted in Redis");
+        let mut forget = Cmd::new("SREM");
+        forget
+            .arg(sweeps_key(&self.cfg.prefix).as_bytes())
+            .arg(suffix.as_bytes());
+        match conn.call(forget).await.map_err(io)? {
+            Reply::Error(e) => return Err(reply_error(WHAT, &e)),
+            _ => {}
+        }
+        tracing::info!(sink = %self.name, table = %suffix, deleted, "sink: truncated table's rows deleted in Redis");
         Ok(())
     }
 }

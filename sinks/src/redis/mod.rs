@@ -2,11 +2,11 @@
 //! holding its after-image as a JSON string or a hash; `mode = "invalidate"` deletes the
 //! key on every change instead (cache-aside).
 //!
-//! Exactly-once effect ([`apply`]): a change is applied only when its version is above
-//! the row's entry in the table's versions hash and the table's truncate marker, checked
-//! under WATCH and written with the entry in one MULTI/EXEC. Replays (a restart from older
-//! offsets, a group reset) therefore change nothing, deletes leave a tombstone version,
-//! and a truncate ignores everything before it.
+//! Exactly-once effect ([`apply`]): a change is applied only when its version (offset + 1)
+//! is above the offset of its topic partition stored in Redis, checked under WATCH and
+//! written with the effects in one MULTI/EXEC. Replays (a restart from older offsets, a
+//! group reset) therefore change nothing, and an older change never overwrites a newer
+//! one. A set per table holds the keys of its rows, for truncates and `cdc verify`.
 //!
 //! Delivery ([`deliver`]): a batch is cut into chunks of up to [`CALL_CHANGES`] changes,
 //! each one MULTI/EXEC; a batch counts as delivered when Redis answered every EXEC
@@ -102,9 +102,8 @@ pub struct RedisSink {
     conn: Option<Conn>,
     planner: Option<tx::TxPlanner>,
     metrics: RedisMetrics,
-    /// Per versions hash, the `__applied` this sink last wrote (a guess checked under
-    /// WATCH by every chunk: see [`apply`]).
-    applied: std::collections::HashMap<String, u64>,
+    /// Whether the sweeps left unfinished were looked for on this connection.
+    sweeps_checked: bool,
 }
 
 impl RedisSink {
@@ -123,7 +122,7 @@ impl RedisSink {
             conn: None,
             planner,
             metrics: RedisMetrics::new(metrics, spec.name()),
-            applied: std::collections::HashMap::new(),
+            sweeps_checked: false,
         };
         match sink.connected().await {
             Ok(_) => {}
@@ -145,6 +144,7 @@ impl RedisSink {
     async fn connected(&mut self) -> Result<&mut Conn, SinkError> {
         if self.conn.is_none() {
             self.conn = Some(Conn::connect(&self.cfg.address, IO_TIMEOUT).await?);
+            self.sweeps_checked = false;
         }
         Ok(self.conn.as_mut().expect("just connected"))
     }

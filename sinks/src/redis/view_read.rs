@@ -1,10 +1,12 @@
 //! Reading a Redis sink's view back, for `cdc verify --sink NAME`.
 //!
-//! The rows of a table are found through its versions hashes, one per partition of its
-//! topic ([`super::apply::push_versions_key`]): their fields are the Redis keys of every
-//! row the sink ever wrote (a deleted row keeps its field as a tombstone), so a scan of those hashes,
-//! followed by a read of those keys, visits exactly the table's live rows, whatever the
-//! key template and whatever else lives in the database. Nothing here writes.
+//! The rows of a table are found through its rows sets, one per partition of its topic
+//! ([`super::apply::push_rows_key`]): their members are the Redis keys of the rows the
+//! sink holds, so a scan of those sets, followed by a read of those keys, visits exactly
+//! the table's live rows, whatever the key template and whatever else lives in the
+//! database. (The rows of a truncate whose sweep is under way are not visited: a sweep
+//! runs right after its truncate is applied, and the re-check of a difference waits for
+//! the sink to catch up.) Nothing here writes.
 //!
 //! A `value = "hash"` row reads back as text fields: [`RedisView::normalize`] turns a
 //! source row into the same text (strings as they are, anything else as its JSON), as the
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use cdc_schemas::TableId;
 use serde_json::{Map, Value};
 
-use super::apply::{field_text, is_marker, versions_key};
+use super::apply::{field_text, push_rows_key};
 use super::config::{self, Mode, Resolved, ValueKind};
 use super::conn::{Cmd, Conn, ConnError, Reply};
 use super::IO_TIMEOUT;
@@ -31,9 +33,9 @@ const WHAT: &str = "reading the Redis view";
 pub struct RedisView {
     cfg: Resolved,
     conn: Conn,
-    /// Per table, its versions hashes (one per partition that has rows), as found by the
-    /// first page of a scan.
-    hashes: Vec<(TableId, Vec<String>)>,
+    /// Per table, its rows sets (one per partition that has rows), as found by the first
+    /// page of a scan.
+    sets: Vec<(TableId, Vec<String>)>,
 }
 
 impl RedisView {
@@ -59,7 +61,7 @@ impl RedisView {
         Ok(RedisView {
             cfg,
             conn,
-            hashes: Vec::new(),
+            sets: Vec::new(),
         })
     }
 
@@ -150,10 +152,11 @@ impl RedisView {
         }
     }
 
-    /// The names of `table`'s versions hashes: partition 0's, then those of the other
+    /// The names of `table`'s rows sets: partition 0's, then those of the other
     /// partitions that exist (a `SCAN` of the database for `<partition 0's name>#<n>`).
-    async fn versions_hashes(&mut self, table: &TableId) -> Result<Vec<String>, SinkError> {
-        let base = versions_key(&self.cfg.prefix, &Self::probe(table, &Map::new()));
+    async fn rows_sets(&mut self, table: &TableId) -> Result<Vec<String>, SinkError> {
+        let mut base = String::new();
+        push_rows_key(&mut base, &self.cfg.prefix, &table.schema, &table.name, 0);
         let mut pattern = String::new();
         for ch in base.chars() {
             if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
@@ -172,7 +175,7 @@ impl RedisView {
                 .arg(b"COUNT")
                 .arg_u64(1000)
                 .arg(b"TYPE")
-                .arg(b"hash");
+                .arg(b"set");
             let r = self.conn.call(scan).await.map_err(|e| self.io(e))?;
             let Reply::Array(Some(v)) = r else {
                 return Err(unexpected(format!("{r:?}")));
@@ -253,35 +256,35 @@ impl ViewReader for RedisView {
         cursor: Option<String>,
         max: usize,
     ) -> Result<ScanPage, SinkError> {
-        // The cursor is `<index of the versions hash>/<its HSCAN cursor>`.
+        // The cursor is `<index of the rows set>/<its SSCAN cursor>`.
         let (at, hcursor) = match cursor.as_deref().and_then(|c| c.split_once('/')) {
             Some((i, c)) => (i.parse::<usize>().unwrap_or(0), c.to_string()),
             None => (0, "0".to_string()),
         };
-        let known = self.hashes.iter().position(|(t, _)| t == table);
+        let known = self.sets.iter().position(|(t, _)| t == table);
         let t = match known {
             Some(t) if !(at == 0 && hcursor == "0") => t,
             _ => {
-                let found = self.versions_hashes(table).await?;
-                self.hashes.retain(|(t, _)| t != table);
-                self.hashes.push((table.clone(), found));
-                self.hashes.len() - 1
+                let found = self.rows_sets(table).await?;
+                self.sets.retain(|(t, _)| t != table);
+                self.sets.push((table.clone(), found));
+                self.sets.len() - 1
             }
         };
-        let count = self.hashes[t].1.len();
-        let Some(vh) = self.hashes[t].1.get(at).cloned() else {
+        let count = self.sets[t].1.len();
+        let Some(set) = self.sets[t].1.get(at).cloned() else {
             return Ok(ScanPage {
                 rows: Vec::new(),
                 next: None,
             });
         };
-        let mut hscan = Cmd::new("HSCAN");
-        hscan
-            .arg(vh.as_bytes())
+        let mut sscan = Cmd::new("SSCAN");
+        sscan
+            .arg(set.as_bytes())
             .arg(hcursor.as_bytes())
             .arg(b"COUNT")
             .arg_u64(max.max(1) as u64);
-        let r = self.conn.call(hscan).await.map_err(|e| self.io(e))?;
+        let r = self.conn.call(sscan).await.map_err(|e| self.io(e))?;
         let (next, items) = match r {
             Reply::Array(Some(v)) if v.len() == 2 => {
                 let mut v = v.into_iter();
@@ -290,26 +293,23 @@ impl ViewReader for RedisView {
                     other => return Err(unexpected(format!("{other:?}"))),
                 }
             }
-            // No versions hash yet: an empty view.
             Reply::Error(e) if e.starts_with("WRONGTYPE") => {
                 return Err(SinkError::definite(
                     WHAT,
-                    format!("{vh} is not the sink's versions hash ({e})"),
+                    format!("{set} is not the sink's rows set ({e})"),
                     "check the sink's prefix; another application uses its keys",
                 ))
             }
             other => return Err(unexpected(format!("{other:?}"))),
         };
         let names: Vec<String> = items
-            .chunks(2)
-            .filter_map(|p| match p.first() {
-                Some(Reply::Bulk(Some(f))) if !is_marker(f) => {
-                    Some(String::from_utf8_lossy(f).into_owned())
-                }
-                _ => None,
+            .iter()
+            .filter_map(|m| {
+                m.as_bytes()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
             })
             .collect();
-        // Tombstones and expired rows have a field but no key.
+        // Expired rows (ttl_ms) are members without a key.
         let rows = self.read(&names).await?;
         Ok(ScanPage {
             rows: names

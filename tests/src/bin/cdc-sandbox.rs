@@ -285,7 +285,7 @@ fn show_cache(redis: &RedisServer) {
     let Some(keys) = cli(&["dbsize"]) else {
         return;
     };
-    eprintln!("\nthe cache sink's Redis holds {keys} keys (a row each, and the sink's per-table versions hashes), for example:");
+    eprintln!("\nthe cache sink's Redis holds {keys} keys (a row each, and the sink's own: offsets and a set of row keys per table), for example:");
     for key in ["shop:orders:1", "shop:customers:1"] {
         if let Some(v) = cli(&["get", key]) {
             eprintln!("  GET {key}  ->  {v}");
