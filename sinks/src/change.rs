@@ -201,6 +201,16 @@ impl Decoder {
         let c = if is_avro(value) {
             let v = self.avro_of(value).await?;
             self.change_of_value(r, key, v)?
+        } else if let Some(scanned) = crate::scan::envelope(value) {
+            // The fast path; what it does not read goes to serde below.
+            let after = match scanned.after {
+                None => None,
+                Some(a) if self.keep_after_json => Some(After::Text(value.slice_ref(a))),
+                Some(a) => Some(After::Value(serde_json::from_slice(a).map_err(|e| {
+                    malformed(r, &format!("the after-image is not JSON: {e}"))
+                })?)),
+            };
+            self.change_of_envelope(r, key, Lean::<()>::scanned(scanned), after)?
         } else if self.keep_after_json {
             let mut env: Lean<&RawValue> = serde_json::from_slice(value)
                 .map_err(|e| malformed(r, &format!("not JSON and not Avro: {e}")))?;
@@ -467,6 +477,32 @@ struct Lean<'a, A> {
     data_collections: Option<Vec<LeanCollection<'a>>>,
 }
 
+impl<'a> Lean<'a, ()> {
+    /// What the fast reader read ([`crate::scan`]), without its `after`.
+    fn scanned(e: crate::scan::Envelope<'a>) -> Self {
+        Lean {
+            op: e.op.map(Cow::Borrowed),
+            after: None,
+            source: e.source.map(|s| LeanSource {
+                schema: s.schema.map(Cow::Borrowed),
+                db: s.db.map(Cow::Borrowed),
+                table: s.table.map(Cow::Borrowed),
+                ts_ms: s.ts_ms,
+            }),
+            transaction: e.transaction.map(|t| LeanTx {
+                id: t.id.map(Cow::Borrowed),
+                total_order: t.total_order,
+                data_collection_order: t.data_collection_order,
+            }),
+            payload: None,
+            status: None,
+            id: None,
+            event_count: None,
+            data_collections: None,
+        }
+    }
+}
+
 impl<'a, A> Lean<'a, A> {
     /// The envelope (unwrapped from a `payload`) without its `after`, and the `after`.
     fn take_after(&mut self) -> Option<A> {
@@ -714,5 +750,193 @@ mod tests {
             panic!()
         };
         assert!(Arc::ptr_eq(&a.table, &b.table) && Arc::ptr_eq(&a.schema, &b.schema));
+    }
+
+    /// The fast reader ([`crate::scan`]) and serde's reading agree on every record the
+    /// fast reader reads: envelopes of every shape (fields of the wrong types, extra and
+    /// missing fields, wrappers, white space), then broken by a byte deleted, inserted or
+    /// replaced.
+    mod scan_agrees_with_serde {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn scalar() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                (-1e6f64..1e6).prop_map(Value::from),
+                "[a-z\\\\\"/é\u{1}\u{7f}\u{1F600}]{0,6}".prop_map(Value::from),
+            ]
+        }
+
+        fn json() -> impl Strategy<Value = Value> {
+            scalar().prop_recursive(3, 12, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                    prop::collection::vec(("[a-z_]{1,4}", inner), 0..3)
+                        .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// A value that is usually of the field's type.
+        fn field(typed: BoxedStrategy<Value>) -> BoxedStrategy<Value> {
+            prop_oneof![6 => typed, 1 => Just(Value::Null), 1 => json()].boxed()
+        }
+
+        fn text() -> BoxedStrategy<Value> {
+            "[a-z.:_\"\\\\]{0,8}".prop_map(Value::from).boxed()
+        }
+
+        fn int() -> BoxedStrategy<Value> {
+            prop_oneof![
+                any::<u32>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from)
+            ]
+            .boxed()
+        }
+
+        fn object(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
+            let n = fields.len();
+            (
+                fields
+                    .into_iter()
+                    .map(|(k, v)| (Just(k), v, any::<bool>()))
+                    .collect::<Vec<_>>(),
+                prop::collection::vec(("[a-z]{1,3}", json()), 0..2),
+            )
+                .prop_map(move |(fs, extra)| {
+                    let mut m = Map::new();
+                    for (k, v, keep) in fs.into_iter().take(n) {
+                        if keep {
+                            m.insert(k.to_string(), v);
+                        }
+                    }
+                    for (k, v) in extra {
+                        m.insert(k, v);
+                    }
+                    Value::Object(m)
+                })
+                .boxed()
+        }
+
+        fn envelope() -> BoxedStrategy<Value> {
+            let source = object(vec![
+                ("schema", field(text())),
+                ("db", field(text())),
+                ("table", field(text())),
+                ("ts_ms", field(int())),
+            ]);
+            let tx = object(vec![
+                ("id", field(text())),
+                ("total_order", field(int())),
+                ("data_collection_order", field(int())),
+            ]);
+            let after = prop_oneof![3 => json(), 1 => Just(Value::Null)].boxed();
+            let env = object(vec![
+                (
+                    "op",
+                    field(
+                        prop::sample::select(vec!["c", "u", "d", "r", "t", "m", "x"])
+                            .prop_map(Value::from)
+                            .boxed(),
+                    ),
+                ),
+                ("before", json().boxed()),
+                ("after", after),
+                ("source", field(source)),
+                ("transaction", field(tx)),
+                ("ts_ms", field(int())),
+            ]);
+            (env, any::<bool>(), json())
+                .prop_map(|(env, wrap, schema)| {
+                    if wrap {
+                        serde_json::json!({ "schema": schema, "payload": env })
+                    } else {
+                        env
+                    }
+                })
+                .boxed()
+        }
+
+        fn bytes() -> impl Strategy<Value = Vec<u8>> {
+            (
+                envelope(),
+                any::<bool>(),
+                0..4u8,
+                any::<prop::sample::Index>(),
+                any::<u8>(),
+            )
+                .prop_map(|(v, pretty, edit, at, byte)| {
+                    let mut b = if pretty {
+                        serde_json::to_vec_pretty(&v).unwrap()
+                    } else {
+                        serde_json::to_vec(&v).unwrap()
+                    };
+                    let i = at.index(b.len() + 1);
+                    let pick = b"{}[],:\\\" 0-.eEnul\xff";
+                    let c = pick[byte as usize % pick.len()];
+                    match edit {
+                        0 => {}
+                        1 if i < b.len() => {
+                            b.remove(i);
+                        }
+                        2 => b.insert(i, c),
+                        _ if i < b.len() => b[i] = c,
+                        _ => {}
+                    }
+                    b
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4000))]
+            #[test]
+            fn agree(b in bytes()) {
+                if let Some(fast) = crate::scan::envelope(&b) {
+                    let mut slow: Lean<&RawValue> = match serde_json::from_slice(&b) {
+                        Ok(l) => l,
+                        Err(e) => return Err(TestCaseError::fail(format!(
+                            "the fast reader read what serde refuses ({e}): {}",
+                            String::from_utf8_lossy(&b)
+                        ))),
+                    };
+                    let after = slow.take_after();
+                    prop_assert_eq!(fast.after, after.map(|a| a.get().as_bytes()));
+                    prop_assert_eq!(fast.op, slow.op.as_deref());
+                    prop_assert_eq!(fast.source.is_some(), slow.source.is_some());
+                    if let (Some(f), Some(s)) = (&fast.source, &slow.source) {
+                        prop_assert_eq!(f.schema, s.schema.as_deref());
+                        prop_assert_eq!(f.db, s.db.as_deref());
+                        prop_assert_eq!(f.table, s.table.as_deref());
+                        prop_assert_eq!(f.ts_ms, s.ts_ms);
+                    }
+                    prop_assert_eq!(fast.transaction.is_some(), slow.transaction.is_some());
+                    if let (Some(f), Some(s)) = (&fast.transaction, &slow.transaction) {
+                        prop_assert_eq!(f.id, s.id.as_deref());
+                        prop_assert_eq!(f.total_order, s.total_order);
+                        prop_assert_eq!(f.data_collection_order, s.data_collection_order);
+                    }
+                }
+            }
+        }
+
+        /// The generated records are mostly read by the fast path (else the test above
+        /// would test little).
+        #[test]
+        fn most_generated_records_take_the_fast_path() {
+            use proptest::strategy::ValueTree;
+            let mut runner = proptest::test_runner::TestRunner::deterministic();
+            let mut fast = 0;
+            for _ in 0..1000 {
+                let v = envelope().new_tree(&mut runner).unwrap().current();
+                if crate::scan::envelope(&serde_json::to_vec(&v).unwrap()).is_some() {
+                    fast += 1;
+                }
+            }
+            assert!(fast > 300, "{fast} of 1000");
+        }
     }
 }

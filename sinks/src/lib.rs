@@ -38,6 +38,7 @@ pub mod elasticsearch;
 pub mod factory;
 pub mod metrics;
 pub mod redis;
+mod scan;
 pub mod search;
 pub mod typesense;
 pub mod view;
