@@ -446,13 +446,13 @@ mod tests {
             min_backoff: Duration::from_millis(10),
             ..DriverOptions::default()
         };
-        let mut prepare = Prepare::new(None, TableFilter::default(), ColumnMap::default(), false);
+        let prepare = Prepare::new(None, TableFilter::default(), ColumnMap::default(), false);
         let metrics = SinkMetrics::new(&Metrics::default(), "test");
         driver::run(
             consumer,
             sink,
             &mut NoLetters,
-            &mut prepare,
+            prepare,
             &metrics,
             stop,
             &opts,

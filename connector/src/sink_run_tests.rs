@@ -113,7 +113,7 @@ async fn changes_are_applied_passed_over_or_dead_lettered_and_the_group_moves_pa
         true,
     )
     .unwrap();
-    let mut prepare = Prepare::new(
+    let prepare = Prepare::new(
         None,
         TableFilter::new(&["public.orders".into()], &[]),
         ColumnMap::new(&[], &["public.orders:secret".into()], &BTreeMap::new()).unwrap(),
@@ -131,7 +131,7 @@ async fn changes_are_applied_passed_over_or_dead_lettered_and_the_group_moves_pa
         &mut consumer,
         &mut sink,
         &mut letters,
-        &mut prepare,
+        prepare,
         &metrics,
         stop_rx,
         &opts,

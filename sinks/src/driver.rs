@@ -184,22 +184,48 @@ struct Ahead {
 }
 
 impl Ahead {
-    /// Takes what the log has now (no waiting) and prepares it. A failed poll is left to
-    /// the main loop's next poll, which retries it.
-    async fn read<C: LogConsumer>(&mut self, consumer: &mut C, prepare: &mut Prepare, max: usize) {
-        let Ok(records) = consumer.poll(max, Duration::ZERO).await else {
-            return;
+    /// Takes what the log has now (no waiting) and prepares it on another thread, so that
+    /// the decoding runs beside the delivery of the batch before instead of taking turns
+    /// with it; gives `prepare` back. A failed poll is
+    /// left to the main loop's next poll, which retries it.
+    async fn read<C: LogConsumer>(
+        consumer: &mut C,
+        prepare: Prepare,
+        max: usize,
+    ) -> (Prepare, Ahead) {
+        let records = match consumer.poll(max, Duration::ZERO).await {
+            Ok(r) if !r.is_empty() => r,
+            _ => return (prepare, Ahead::default()),
         };
-        self.records = records;
-        while self.decoded < self.records.len() {
-            let i = self.decoded;
-            match prepare.prepare(&self.records[i]).await {
-                Ok(Some(c)) => self.changes.push((c, i)),
-                Ok(None) => {}
-                Err(DecodeError::Malformed(why)) => self.undecodable.push((i, why)),
-                Err(DecodeError::Registry(_)) => break,
-            }
-            self.decoded += 1;
+        // A thread of the blocking pool, not a task: a task spawned from this one would
+        // mostly run on this worker (tokio's next-task slot) once it awaits, taking
+        // turns with the delivery instead of running beside it. (The registry lookups of
+        // Avro records are the only awaits inside.)
+        let runtime = tokio::runtime::Handle::current();
+        let task = tokio::task::spawn_blocking(move || {
+            let mut prepare = prepare;
+            let mut ahead = Ahead {
+                records,
+                ..Ahead::default()
+            };
+            runtime.block_on(async {
+                while ahead.decoded < ahead.records.len() {
+                    let i = ahead.decoded;
+                    match prepare.prepare(&ahead.records[i]).await {
+                        Ok(Some(c)) => ahead.changes.push((c, i)),
+                        Ok(None) => {}
+                        Err(DecodeError::Malformed(why)) => ahead.undecodable.push((i, why)),
+                        Err(DecodeError::Registry(_)) => break,
+                    }
+                    ahead.decoded += 1;
+                }
+            });
+            (prepare, ahead)
+        });
+        match task.await {
+            Ok(done) => done,
+            // The decoding panicked: so does the driver (as it would have inline).
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
         }
     }
 
@@ -234,7 +260,7 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
     consumer: &mut C,
     sink: &mut S,
     dead_letters: &mut D,
-    prepare: &mut Prepare,
+    mut prepare: Prepare,
     metrics: &SinkMetrics,
     mut shutdown: watch::Receiver<bool>,
     opts: &DriverOptions,
@@ -329,13 +355,15 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
             // While the target applies this batch, the next one is read and decoded (the
             // target's work and ours overlap instead of taking turns).
             let in_hand = p.changes.len();
-            let mut ahead = Ahead::default();
             let read_ahead = p.decoded == p.records.len() && p.bytes < opts.max_pending_bytes;
-            let (d, ()) = tokio::join!(sink.deliver(&p.changes), async {
+            let (d, (back, ahead)) = tokio::join!(sink.deliver(&p.changes), async {
                 if read_ahead {
-                    ahead.read(consumer, prepare, opts.max_poll_bytes).await;
+                    Ahead::read(consumer, prepare, opts.max_poll_bytes).await
+                } else {
+                    (prepare, Ahead::default())
                 }
             });
+            prepare = back;
             ahead.append_to(&mut p);
             let d = match d {
                 Ok(d) => d,

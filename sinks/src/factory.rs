@@ -94,7 +94,7 @@ pub async fn run<C: LogConsumer, D: DeadLetters>(
                 &mut consumer,
                 &mut sink,
                 &mut dead_letters,
-                &mut prepare,
+                prepare,
                 &sink_metrics,
                 shutdown,
                 &opts,
