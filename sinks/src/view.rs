@@ -261,6 +261,11 @@ impl KeyTemplate {
     /// key lacks renders as empty.
     pub fn render(&self, change: &Change, out: &mut String) {
         out.clear();
+        self.render_append(change, out);
+    }
+
+    /// The name of `change`'s row, appended to `out`.
+    pub fn render_append(&self, change: &Change, out: &mut String) {
         for p in &self.parts {
             match p {
                 Part::Text(t) => out.push_str(t),

@@ -33,18 +33,21 @@
 //! # One chunk
 //!
 //! 1. `WATCH` the offsets hashes of the chunk's topics, read their partitions' offsets,
-//!    and ask the rows sets which of the keys the chunk updates or deletes are the sink's
-//!    (`SMISMEMBER`). Inserts are not asked: an insert above the offset makes a new row.
+//!    ask the rows sets which of the keys the chunk updates or deletes are the sink's
+//!    (`SMISMEMBER`), and whether the keys it inserts exist (`EXISTS`, a count per
+//!    thousand keys): one round trip.
 //! 2. Per key, the winner is the newest change above its partition's offset and above a
 //!    truncate of its table in the chunk; the others are stale (a replay) or superseded
 //!    within the chunk (the chunk is applied atomically, so they could never be seen).
-//! 3. The guard: a key that is not in the rows set (an insert, or a row the sink does not
-//!    know) is looked up with `EXISTS` in bulk, and `TYPE` for each that exists. A key
-//!    that holds a type the sink does not write (another application's key) is refused
-//!    (the change goes to the dead-letter topic) and left alone. These keys are not
-//!    watched (watching thousands of keys costs Redis quadratic time): another client
-//!    creating one of them in the instant between this read and the EXEC is not guarded
-//!    against, nor is another client replacing a key that is in the rows set.
+//! 3. The guard: a winner's key that is neither in the rows set nor known to be absent
+//!    (an insert of a group where some key exists, an update of a row the sink does not
+//!    know) is looked up with `EXISTS`, and `TYPE` for each that exists. A key that holds
+//!    a type the sink does not write (another application's key) is refused (the change
+//!    goes to the dead-letter topic) and left alone. In the steady state (inserts of new
+//!    rows, updates and deletes of the sink's rows) this step sends nothing. These keys
+//!    are not watched (watching thousands of keys costs Redis quadratic time): another
+//!    client creating one of them in the instant between the read and the EXEC is not
+//!    guarded against, nor is another client replacing a key that is in the rows set.
 //! 4. `MULTI`; for a truncated table, `RENAME` of its rows set to the truncated rows set
 //!    (and the latter listed in the sweeps); the effects in bulk (`DEL`, `MSET` of JSON
 //!    rows, or `SET … PX` with a TTL, `HSET` per hash row); `SADD`/`SREM` of the rows
@@ -67,8 +70,10 @@
 //! per change converting arguments between Redis and Lua, against ~0.8 µs for these
 //! plain commands (`redis-cli --pipe` of SETs: ~1 µs per SET all told).
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::Arc;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use serde_json::Value;
 
@@ -184,12 +189,18 @@ struct Table {
     rows: String,
     /// Index into [`ChunkPlan::offsets`].
     slot: usize,
-    /// Distinct keys, and for each whether it is in the rows set (step 1).
-    keys: Vec<String>,
-    index: HashMap<String, usize>,
+    /// Distinct keys (ranges of the plan's `text`), and for each whether it is in the
+    /// rows set (step 1).
+    keys: Vec<(u32, u32)>,
+    /// Indices into `keys`, by the key's hash.
+    index: HashTable<u32>,
     member: Vec<bool>,
     /// Keys asked of the rows set (step 1), in order.
     asked: Vec<usize>,
+    /// Keys of inserts only, whose existence was asked (step 1), in order.
+    created: Vec<usize>,
+    /// Per key: known not to exist (an EXISTS group of step 1 found none).
+    absent: Vec<bool>,
     /// The chunk's newest truncate of the table (0: none).
     truncate: u64,
     /// Per key: the item that wins.
@@ -209,6 +220,9 @@ struct Slot {
 
 /// One chunk's way through the steps of the module doc.
 pub struct ChunkPlan {
+    /// The text of every distinct key of the chunk, one after the other.
+    text: String,
+    hasher: DefaultHashBuilder,
     items: Vec<Item>,
     tables: Vec<Table>,
     offsets: Vec<Slot>,
@@ -234,6 +248,8 @@ impl ChunkPlan {
     /// Renders `idx` (batch indices into `changes`, in order; no END records).
     pub fn new(cfg: &Resolved, changes: &[Change], idx: &[usize]) -> ChunkPlan {
         let mut plan = ChunkPlan {
+            text: String::with_capacity(idx.len() * 24),
+            hasher: DefaultHashBuilder::default(),
             items: Vec::with_capacity(idx.len()),
             tables: Vec::new(),
             offsets: Vec::new(),
@@ -249,7 +265,6 @@ impl ChunkPlan {
             invalidate: cfg.mode == Mode::Invalidate,
             ttl_ms: cfg.ttl_ms,
         };
-        let mut name = String::new();
         let mut suffix = String::new();
         // The last change's table: runs of one table are the common case, and the decoder
         // shares one copy of each name, so comparing pointers finds them.
@@ -299,17 +314,7 @@ impl ChunkPlan {
                 table.truncate = table.truncate.max(version);
                 usize::MAX
             } else {
-                name.clear();
-                cfg.template.render(c, &mut name);
-                let table = &mut plan.tables[t];
-                match table.index.get(name.as_str()) {
-                    Some(&k) => k,
-                    None => {
-                        table.keys.push(name.clone());
-                        table.index.insert(name.clone(), table.keys.len() - 1);
-                        table.keys.len() - 1
-                    }
-                }
+                plan.key_index(t, |text| cfg.template.render_append(c, text))
             };
             plan.items.push(Item {
                 change: i,
@@ -323,10 +328,32 @@ impl ChunkPlan {
         }
         for t in &mut plan.tables {
             t.member = vec![false; t.keys.len()];
+            t.absent = vec![false; t.keys.len()];
             t.winners = vec![None; t.keys.len()];
         }
         plan.held = vec![Held::Unknown; plan.items.len()];
         plan
+    }
+
+    /// The index among table `t`'s keys of the key `render` appends to the text, added
+    /// if new (else the text is cut back).
+    fn key_index(&mut self, t: usize, render: impl FnOnce(&mut String)) -> usize {
+        let start = self.text.len();
+        render(&mut self.text);
+        let text = &self.text;
+        let Table { keys, index, .. } = &mut self.tables[t];
+        let key = &text[start..];
+        let hash = self.hasher.hash_one(key);
+        let at = |&(s, l): &(u32, u32)| &text[s as usize..(s + l) as usize];
+        if let Some(&k) = index.find(hash, |&k| at(&keys[k as usize]) == key) {
+            self.text.truncate(start);
+            return k as usize;
+        }
+        let k = keys.len();
+        keys.push((start as u32, key.len() as u32));
+        let hasher = &self.hasher;
+        index.insert_unique(hash, k as u32, |&k| hasher.hash_one(at(&keys[k as usize])));
+        k
     }
 
     /// The index of `c`'s table (and partition), added if new.
@@ -366,9 +393,11 @@ impl ChunkPlan {
             rows: rows_key(&self.prefix, suffix),
             slot,
             keys: Vec::new(),
-            index: HashMap::new(),
+            index: HashTable::new(),
             member: Vec::new(),
             asked: Vec::new(),
+            created: Vec::new(),
+            absent: Vec::new(),
             truncate: 0,
             winners: Vec::new(),
         });
@@ -385,7 +414,8 @@ impl ChunkPlan {
     }
 
     /// Step 1: WATCH the offsets hashes, read the offsets, ask the rows sets about the
-    /// keys of updates and deletes.
+    /// keys of updates and deletes, and whether the keys of inserts exist (in groups:
+    /// EXISTS counts).
     pub fn reads(&mut self) -> Vec<Cmd> {
         let mut out = Vec::new();
         let mut w = Cmd::new("WATCH");
@@ -401,23 +431,32 @@ impl ChunkPlan {
         if self.invalidate {
             return out;
         }
-        let mut asked: Vec<Vec<bool>> = self
-            .tables
-            .iter()
-            .map(|t| vec![false; t.keys.len()])
-            .collect();
+        // Per key: 1 asked of the rows set, 2 of EXISTS.
+        let mut ask: Vec<Vec<u8>> = self.tables.iter().map(|t| vec![0; t.keys.len()]).collect();
         for it in &self.items {
-            if !it.create && !matches!(it.what, What::Truncate) {
-                asked[it.table][it.key] = true;
+            if !matches!(it.what, What::Truncate) {
+                ask[it.table][it.key] |= if it.create { 2 } else { 1 };
             }
         }
         for (t, table) in self.tables.iter_mut().enumerate() {
-            table.asked = (0..table.keys.len()).filter(|&k| asked[t][k]).collect();
+            table.asked = (0..table.keys.len())
+                .filter(|&k| ask[t][k] & 1 != 0)
+                .collect();
+            table.created = (0..table.keys.len()).filter(|&k| ask[t][k] == 2).collect();
             for chunk in table.asked.chunks(CHUNK) {
                 let mut c = Cmd::new("SMISMEMBER");
                 c.arg(table.rows.as_bytes());
                 for &k in chunk {
-                    c.arg(table.keys[k].as_bytes());
+                    let (s, l) = table.keys[k];
+                    c.arg(&self.text.as_bytes()[s as usize..(s + l) as usize]);
+                }
+                out.push(c);
+            }
+            for chunk in table.created.chunks(CHUNK) {
+                let mut c = Cmd::new("EXISTS");
+                for &k in chunk {
+                    let (s, l) = table.keys[k];
+                    c.arg(&self.text.as_bytes()[s as usize..(s + l) as usize]);
                 }
                 out.push(c);
             }
@@ -455,6 +494,18 @@ impl ChunkPlan {
                         table.member[k] = matches!(f, Reply::Int(1));
                     }
                 }
+                for chunk in table.created.chunks(CHUNK) {
+                    match r.next() {
+                        Some(Reply::Int(0)) => {
+                            for &k in chunk {
+                                table.absent[k] = true;
+                            }
+                        }
+                        // Some exist: each is asked again (TYPE, in step 3).
+                        Some(Reply::Int(_)) => {}
+                        other => return Err(format!("EXISTS: {other:?}")),
+                    }
+                }
             }
         }
         self.decide();
@@ -487,11 +538,17 @@ impl ChunkPlan {
     }
 
     fn key_of(&self, it: &Item) -> &str {
-        &self.tables[it.table].keys[it.key]
+        self.key_text(it.table, it.key)
     }
 
-    /// Step 3: EXISTS of the winners' keys that are not known to be the sink's. Empty
-    /// when nothing needs checking.
+    fn key_text(&self, t: usize, k: usize) -> &str {
+        let (s, l) = self.tables[t].keys[k];
+        &self.text[s as usize..(s + l) as usize]
+    }
+
+    /// Step 3: EXISTS of the winners' keys that are neither in the rows set nor known to
+    /// be absent (TYPE follows for those that exist). Empty when nothing needs checking
+    /// (the steady state: updates of the sink's rows, inserts of new ones).
     pub fn reads_types(&mut self) -> Vec<Cmd> {
         if self.invalidate {
             return Vec::new();
@@ -507,6 +564,8 @@ impl ChunkPlan {
             }
             if table.member[it.key] {
                 self.held[n] = Held::Member;
+            } else if table.absent[it.key] {
+                self.held[n] = Held::Nothing;
             } else {
                 fresh.push(n);
             }
@@ -678,7 +737,14 @@ impl ChunkPlan {
             roles.push(Role::Bulk);
         }
         for chunk in mset.chunks(CHUNK) {
-            let mut c = Cmd::new("MSET");
+            let bytes = chunk
+                .iter()
+                .map(|&n| match &self.items[n].what {
+                    What::Json(v) => v.len() + self.key_of(&self.items[n]).len() + 24,
+                    _ => 0,
+                })
+                .sum();
+            let mut c = Cmd::with_capacity("MSET", bytes);
             for &n in chunk {
                 let it = &self.items[n];
                 if let What::Json(v) = &it.what {
@@ -759,6 +825,7 @@ impl ChunkPlan {
     pub fn reset_for_retry(&mut self) {
         for t in &mut self.tables {
             t.member.iter_mut().for_each(|m| *m = false);
+            t.absent.iter_mut().for_each(|m| *m = false);
             t.winners.iter_mut().for_each(|w| *w = None);
         }
         for h in &mut self.held {

@@ -58,6 +58,16 @@ impl Cmd {
         c
     }
 
+    /// A command whose arguments will take about `bytes` (no reallocation while built).
+    pub fn with_capacity(name: &str, bytes: usize) -> Cmd {
+        let mut c = Cmd {
+            body: Vec::with_capacity(bytes + name.len() + 16),
+            args: 0,
+        };
+        c.arg(name.as_bytes());
+        c
+    }
+
     pub fn arg(&mut self, a: &[u8]) -> &mut Cmd {
         self.body.push(b'$');
         self.body.extend_from_slice(itoa(a.len() as u64).as_bytes());
@@ -94,10 +104,14 @@ impl Cmd {
     }
 
     fn write_to(&self, out: &mut Vec<u8>) {
+        self.write_header(out);
+        out.extend_from_slice(&self.body);
+    }
+
+    fn write_header(&self, out: &mut Vec<u8>) {
         out.push(b'*');
         out.extend_from_slice(itoa(self.args as u64).as_bytes());
         out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(&self.body);
     }
 }
 
@@ -169,6 +183,10 @@ pub fn is_transient_reply(e: &str) -> bool {
     let code = e.split(' ').next().unwrap_or("");
     TRANSIENT.contains(&code)
 }
+
+/// Commands with at least this many bytes of arguments are written from their own buffer
+/// instead of being copied into the pipeline's.
+const DIRECT: usize = 32 << 10;
 
 /// A connection to one Redis.
 pub struct Conn {
@@ -247,9 +265,6 @@ impl Conn {
     /// values; an `Err` means the connection failed and must be dropped.
     pub async fn pipeline(&mut self, cmds: &[Cmd]) -> Result<Vec<Reply>, ConnError> {
         self.out.clear();
-        for c in cmds {
-            c.write_to(&mut self.out);
-        }
         let timeout = self.timeout;
         let Conn {
             reader,
@@ -258,6 +273,17 @@ impl Conn {
             ..
         } = self;
         let write = async {
+            for c in cmds {
+                if c.body.len() < DIRECT {
+                    c.write_to(out);
+                } else {
+                    // A large command (a chunk's MSET) goes out as it is, not copied.
+                    c.write_header(out);
+                    writer.write_all(out).await?;
+                    out.clear();
+                    writer.write_all(&c.body).await?;
+                }
+            }
             writer.write_all(out).await?;
             writer.flush().await?;
             Ok::<(), ConnError>(())

@@ -263,9 +263,8 @@ impl RedisSink {
         forget
             .arg(sweeps_key(&self.cfg.prefix).as_bytes())
             .arg(suffix.as_bytes());
-        match conn.call(forget).await.map_err(io)? {
-            Reply::Error(e) => return Err(reply_error(WHAT, &e)),
-            _ => {}
+        if let Reply::Error(e) = conn.call(forget).await.map_err(io)? {
+            return Err(reply_error(WHAT, &e));
         }
         tracing::info!(sink = %self.name, table = %suffix, deleted, "sink: truncated table's rows deleted in Redis");
         Ok(())
