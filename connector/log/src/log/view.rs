@@ -1,9 +1,9 @@
 //! The read-only view: a log opened with [`Log::open_read_only`] (by any process, without
 //! the lock) catching up with the writer that holds the directory. [`Log::refresh`]
 //! re-reads the ledger and the group offsets (the writer's `groups` and `groups.d`), opens
-//! new topics and extends every partition to the new durable end (`partition/refresh.rs`);
-//! [`Log::wait_for_change`] sleeps on the directory's inotify watch until the writer
-//! writes.
+//! new topics (retried like a read-only open, `open.rs`) and extends every partition to
+//! the new durable end (`partition/refresh.rs`); [`Log::wait_for_change`] sleeps on the
+//! directory's inotify watch until the writer writes.
 //!
 //! Invariants: a view changes nothing on disk and shows no record past the durable end of
 //! the ledger it last read. The writer works on while the view reads: its retention may
@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use super::open::{list_topic_dirs, open_topic};
+use super::open::{list_topic_dirs, open_topic, retry_read_only};
 use super::{topics_dir, Log};
 use crate::error::Result;
 use crate::groups::GroupStore;
@@ -55,14 +55,17 @@ impl Log {
                 {
                     continue;
                 }
-                if let Some(t) = open_topic(
-                    &td,
-                    &name,
-                    &state,
-                    &self.inner.options,
-                    &self.inner.metrics,
-                    None,
-                )? {
+                let opened = retry_read_only(dir, || {
+                    open_topic(
+                        &td,
+                        &name,
+                        &state,
+                        &self.inner.options,
+                        &self.inner.metrics,
+                        None,
+                    )
+                })?;
+                if let Some(t) = opened {
                     self.inner
                         .topics
                         .write()
@@ -283,6 +286,37 @@ mod refresh_race_tests {
             .len();
         assert!(cut < 1000, "the roll cut segment {a}'s file ({cut} bytes)");
         refreshed.unwrap();
+        let want = w.describe("t").unwrap().partitions[0].high_watermark;
+        assert_eq!(
+            view.describe("t").unwrap().partitions[0].high_watermark,
+            want
+        );
+        assert_view_reads_all(&view, &val);
+    }
+
+    /// The same roll, racing a read-only open (`cdc sink`, `cdc log tail` starting while
+    /// `cdc run` writes): the open stats the segment it scans last, the writer's roll cuts
+    /// that recycled file, the open reads the statted length. The open must not fail.
+    #[test]
+    fn a_read_only_open_racing_the_roll_that_cuts_its_last_segment_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let val = vec![7u8; 100];
+        let (w, t, _, a) = writer_rolled_into_a_recycled_file(dir.path(), &val);
+        let fired = Rc::new(Cell::new(false));
+        let hook_fired = fired.clone();
+        let big = vec![7u8; 4000];
+        race::set_before_scan(Some(Box::new(move |base| {
+            if base == a && !hook_fired.replace(true) {
+                t.append(0, &[NewRecord::new(None, Some(&big), 0)]).unwrap();
+            }
+        })));
+        let opened = Log::open_read_only(dir.path());
+        race::set_before_scan(None);
+        assert!(
+            fired.get(),
+            "the writer rolled during the scan of segment {a}"
+        );
+        let view = opened.unwrap();
         let want = w.describe("t").unwrap().partitions[0].high_watermark;
         assert_eq!(
             view.describe("t").unwrap().partitions[0].high_watermark,
