@@ -50,6 +50,34 @@ use crate::stage::{Stage, WriteOut, WRITE_CHUNK};
 mod recovery;
 mod refresh;
 
+/// Tests only: a hook the read-only refresh and open call between their stat of a segment
+/// file and their read of it, where another process's writer may roll, cut or recycle
+/// that file; a test runs writer steps there to replay a race deterministically.
+#[cfg(test)]
+pub(crate) mod race {
+    use std::cell::RefCell;
+
+    type Hook = Box<dyn FnMut(u64)>;
+
+    thread_local! {
+        static BEFORE_SCAN: RefCell<Option<Hook>> = RefCell::new(None);
+    }
+
+    /// Calls `hook(segment base)` before each segment scan of this thread's refreshes and
+    /// opens.
+    pub fn set_before_scan(hook: Option<Hook>) {
+        BEFORE_SCAN.with(|h| *h.borrow_mut() = hook);
+    }
+
+    pub(crate) fn before_scan(base: u64) {
+        BEFORE_SCAN.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f(base)
+            }
+        })
+    }
+}
+
 /// A segment as the partition tracks it.
 #[derive(Debug)]
 pub struct SegmentMeta {

@@ -13,7 +13,10 @@
 //! `accept_damaged_tail`, ledger entries of partitions that no longer exist are dropped
 //! (logged at error level) instead of refused. A read-only open takes no lock, writes
 //! nothing and starts no thread; the threads a writer starts are joined by `Log::close`
-//! (or when the last handle is dropped).
+//! (or when the last handle is dropped). A read-only open reads files a writer in another
+//! process changes meanwhile (retention deletes and recycles segments, a roll cuts a file
+//! under the read): an error such a change may cause is retried, a few times and briefly
+//! apart, from the ledger on; one that persists (damage) stands.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -220,12 +223,57 @@ pub(super) fn refuse_if_durable(tdir: &Path, name: &str, ledger: &LedgerState) -
     Err(err)
 }
 
+/// Tries of a read-only open (of the log, or of a topic a refresh found) before its
+/// error stands.
+const READ_ONLY_OPEN_ATTEMPTS: u32 = 5;
+
+/// Whether `e`, met by a read-only open, may come from the writer (another process)
+/// changing the files between the open's reads rather than from damage: retention
+/// deleted or recycled a segment after the ledger or the listing was read (a file or an
+/// index gone, a segment holding another segment's batches, segments missing below the
+/// durable end), or a roll cut a file after its length was read (a short read).
+fn may_be_a_race(e: &LogError) -> bool {
+    match e {
+        LogError::DurableDataLost { .. } | LogError::CorruptSegment { .. } => true,
+        LogError::Io { source, .. } => matches!(
+            source.kind(),
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::UnexpectedEof
+        ),
+        _ => false,
+    }
+}
+
+/// Runs a read-only open, again (briefly apart, a few times) while it fails in a way
+/// [`may_be_a_race`] with the writer: each try reads the ledger, the listing and the files
+/// anew, and the writer's change is over by then. Damage persists, and its error stands.
+pub(super) fn retry_read_only<T>(dir: &Path, mut open: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut attempts = 0;
+    loop {
+        match open() {
+            Err(e) if attempts < READ_ONLY_OPEN_ATTEMPTS && may_be_a_race(&e) => {
+                attempts += 1;
+                tracing::debug!(dir = %dir.display(), error = %e, attempts, "read-only open may have raced with the writer; retrying");
+                std::thread::sleep(std::time::Duration::from_millis(10 * attempts as u64));
+            }
+            r => return r,
+        }
+    }
+}
+
 impl Log {
     /// Opens (creating if needed) the log in `dir`, recovering every partition against the
     /// ledger (see `partition/recovery.rs`). Cuts are logged at warn level and counted in
     /// metrics. With `options.read_only`, see [`Log::open_read_only`].
     pub fn open(dir: impl AsRef<Path>, options: LogOptions) -> Result<Log> {
-        let dir = dir.as_ref().to_path_buf();
+        let dir = dir.as_ref();
+        if options.read_only {
+            return retry_read_only(dir, || Log::open_once(dir, options.clone()));
+        }
+        Log::open_once(dir, options)
+    }
+
+    fn open_once(dir: &Path, options: LogOptions) -> Result<Log> {
+        let dir = dir.to_path_buf();
         let read_only = options.read_only;
         let td = topics_dir(&dir);
         let lock_ = if read_only {
@@ -444,7 +492,9 @@ impl Log {
     /// Opens an existing log for reading only, from any process, also while a writer
     /// (`cdc run`) holds it: takes no lock, creates, repairs and deletes nothing, and
     /// sees each partition up to the durable end the ledger recorded when it was read
-    /// (unflushed or torn tails are ignored, not cut). [`Log::refresh`] catches up with
+    /// (unflushed or torn tails are ignored, not cut). An open that fails in a way the
+    /// writer's concurrent changes can cause (a segment gone or cut under the read) is
+    /// tried again, up to a few times. [`Log::refresh`] catches up with
     /// the writer; [`Log::wait_for_change`] waits for it to write. Every write fails with
     /// [`LogError::ReadOnly`]. `log_end_offset` in [`Log::describe`] is then the high
     /// watermark (unflushed appends of the writer are invisible).

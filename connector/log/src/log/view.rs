@@ -1,17 +1,23 @@
 //! The read-only view: a log opened with [`Log::open_read_only`] (by any process, without
 //! the lock) catching up with the writer that holds the directory. [`Log::refresh`]
-//! re-reads the ledger and the group offsets (the writer's `groups` and `groups.d`), opens new topics and extends every partition
-//! to the new durable end (`partition/refresh.rs`); [`Log::wait_for_change`] sleeps on the
+//! re-reads the ledger and the group offsets (the writer's `groups` and `groups.d`), opens
+//! new topics (retried like a read-only open, `open.rs`) and extends every partition to
+//! the new durable end (`partition/refresh.rs`); [`Log::wait_for_change`] sleeps on the
 //! directory's inotify watch until the writer writes.
 //!
 //! Invariants: a view changes nothing on disk and shows no record past the durable end of
-//! the ledger it last read. The writer's retention may drop and recycle a segment between
-//! the view's ledger read and its scan; such a failed scan is retried with the ledger as it
-//! is now, only while that moved the log start on, so real damage still fails the refresh.
+//! the ledger it last read. The writer works on while the view reads: its retention may
+//! drop and recycle a segment between the view's ledger read and its scan, and its roll
+//! may cut a file the view is reading. A partition's refresh is all or nothing
+//! (`partition/refresh.rs`), so a failed one is retried, a few times and briefly apart,
+//! with the ledger as it is then; a failure that persists (real damage: durable bytes
+//! missing while the writer moves on, or while nothing writes) fails the refresh. The
+//! ledger state counts as read only once every partition was refreshed to it, so the next
+//! refresh after a failed one tries again.
 
 use std::time::Duration;
 
-use super::open::{list_topic_dirs, open_topic};
+use super::open::{list_topic_dirs, open_topic, retry_read_only};
 use super::{topics_dir, Log};
 use crate::error::Result;
 use crate::groups::GroupStore;
@@ -39,16 +45,7 @@ impl Log {
         let Some((state, _)) = LedgerState::load(dir)? else {
             return Ok(false);
         };
-        let mut changed = false;
-        {
-            let mut l = lock(&self.inner.ledger);
-            if l.generation == state.generation {
-                drop(l);
-            } else {
-                changed = true;
-                *l = state.clone();
-            }
-        }
+        let mut changed = lock(&self.inner.ledger).generation != state.generation;
         if changed {
             let td = topics_dir(dir);
             let known: Vec<String> = self.topics();
@@ -58,14 +55,17 @@ impl Log {
                 {
                     continue;
                 }
-                if let Some(t) = open_topic(
-                    &td,
-                    &name,
-                    &state,
-                    &self.inner.options,
-                    &self.inner.metrics,
-                    None,
-                )? {
+                let opened = retry_read_only(dir, || {
+                    open_topic(
+                        &td,
+                        &name,
+                        &state,
+                        &self.inner.options,
+                        &self.inner.metrics,
+                        None,
+                    )
+                })?;
+                if let Some(t) = opened {
                     self.inner
                         .topics
                         .write()
@@ -78,6 +78,9 @@ impl Log {
                     self.refresh_partition(&t.name, &part, *m)?;
                 }
             }
+            // Only now is this ledger state the view's: after a failed refresh the next
+            // one must not take the view for current and skip its partitions.
+            *lock(&self.inner.ledger) = state;
         }
         let groups = GroupStore::load(dir)?;
         {
@@ -94,11 +97,10 @@ impl Log {
 
     /// Read-only logs: one partition's [`Partition::refresh_read_only`] to `mark`. The
     /// writer's retention may drop, and recycle, a segment between the ledger read and the
-    /// scan of its file (the scan then fails: missing file, a file cut short under the
-    /// read, or another segment's batches in it), and it may do so before its ledger says
-    /// so. Such a failure is retried a few times, briefly apart, with the ledger as it is
-    /// then (a moved log start restarts the view past the dropped segments); a failure
-    /// that persists stands.
+    /// scan of its file (the scan then fails: missing file, or another segment's batches
+    /// in it). A failed refresh changed nothing, so it is retried a few times, briefly
+    /// apart, with the ledger as it is then (a moved log start restarts the view past the
+    /// dropped segments); a failure that persists stands.
     fn refresh_partition(
         &self,
         topic: &str,
@@ -148,9 +150,224 @@ impl Log {
 mod refresh_race_tests {
     use super::*;
     use crate::log::LogOptions;
+    use crate::partition::race;
     use crate::reader::StartAt;
     use crate::record::NewRecord;
     use crate::topic_config::TopicConfig;
+    use std::cell::Cell;
+    use std::path::{Path, PathBuf};
+    use std::rc::Rc;
+
+    fn segment_path(dir: &Path, base: u64) -> PathBuf {
+        topics_dir(dir)
+            .join("t")
+            .join("0")
+            .join(crate::segment::log_file_name(base))
+    }
+
+    /// (segment base offsets, recycle-pool files) of partition t-0.
+    fn listing(dir: &Path) -> (Vec<u64>, usize) {
+        let (mut bases, mut pool) = (Vec::new(), 0);
+        for e in std::fs::read_dir(topics_dir(dir).join("t").join("0")).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().to_string();
+            match crate::segment::parse_file_name(&name) {
+                Some((b, "log")) => bases.push(b),
+                Some((_, "log.recycle")) => pool += 1,
+                _ => {}
+            }
+        }
+        bases.sort_unstable();
+        (bases, pool)
+    }
+
+    /// Every record of the view's t-0, from its log start to its high watermark, is the
+    /// writer's (`val` at every offset), gaplessly.
+    fn assert_view_reads_all(view: &Log, val: &[u8]) {
+        let d = view.describe("t").unwrap().partitions[0].clone();
+        let mut r = view.reader("t", 0, StartAt::Earliest).unwrap();
+        let mut next = d.log_start_offset;
+        loop {
+            let recs = r.poll(1 << 20).unwrap();
+            if recs.is_empty() {
+                break;
+            }
+            for rec in recs {
+                assert_eq!(rec.offset, next);
+                assert_eq!(rec.value.as_deref(), Some(val));
+                next += 1;
+            }
+        }
+        assert_eq!(next, d.high_watermark);
+    }
+
+    /// A writer whose partition t-0 has 4 KiB segments, trimmed by size retention so its
+    /// rolls reuse pool files; a read-only view opened on it; then the writer appends
+    /// `val` records until a roll into a recycled file (the view does not know that
+    /// segment yet) and flushes. Returns (writer, topic, view, the new segment's base).
+    fn writer_rolled_into_a_recycled_file(
+        dir: &Path,
+        val: &[u8],
+    ) -> (Log, crate::log::Topic, Log, u64) {
+        let w = Log::open(dir, LogOptions::default()).unwrap();
+        let t = w
+            .create_topic(
+                "t",
+                TopicConfig {
+                    partitions: 1,
+                    segment_bytes: 4 << 10,
+                    retention_ms: None,
+                    retention_bytes: Some(8 << 10),
+                    segment_ms: None,
+                    ..TopicConfig::default()
+                },
+            )
+            .unwrap();
+        let put = || {
+            t.append(0, &[NewRecord::new(None, Some(val), 0)]).unwrap();
+        };
+        let mut rounds = 0;
+        while listing(dir).1 == 0 || w.metrics().recycled_segments == 0 {
+            for _ in 0..5 {
+                put();
+            }
+            w.flush(None).unwrap();
+            w.enforce_retention().unwrap();
+            rounds += 1;
+            assert!(rounds < 1000, "retention never filled the recycle pool");
+        }
+        let view = Log::open_read_only(dir).unwrap();
+        let active = *listing(dir).0.last().unwrap();
+        // Past the view's high watermark, into the segment the view holds last, until the
+        // roll (the record that made it roll is the new segment's first).
+        while *listing(dir).0.last().unwrap() == active {
+            put();
+        }
+        let a = *listing(dir).0.last().unwrap();
+        let stale = std::fs::metadata(segment_path(dir, a)).unwrap().len();
+        assert!(
+            stale > 1000,
+            "segment {a} reuses a pool file (its stale bytes: {stale})"
+        );
+        w.flush(None).unwrap();
+        (w, t, view, a)
+    }
+
+    /// The interleaving of a tailing reader's failure under load ("the ledger records
+    /// durable end offset 647 but the segments end at offset 501", on `…554.log`): the
+    /// view's refresh scans its last segment up to the base of a segment the writer rolled
+    /// into a recycled file, takes that segment on and stats it (the pool file's stale
+    /// length); then the writer rolls again, which cuts that file to the segment's exact
+    /// size; then the view reads the length it statted. The short read must not fail the
+    /// refresh, nor leave the view with a segment past its high watermark.
+    #[test]
+    fn a_refresh_racing_the_roll_that_cuts_a_recycled_segment_catches_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let val = vec![7u8; 100];
+        let (w, t, view, a) = writer_rolled_into_a_recycled_file(dir.path(), &val);
+        let before = view.describe("t").unwrap().partitions[0].high_watermark;
+        assert!(before < a, "the view must scan into the new segment");
+        let fired = Rc::new(Cell::new(false));
+        let hook_fired = fired.clone();
+        let big = vec![7u8; 4000];
+        race::set_before_scan(Some(Box::new(move |base| {
+            if base == a && !hook_fired.replace(true) {
+                // Overflows the segment: the roll cuts the recycled file to its data.
+                t.append(0, &[NewRecord::new(None, Some(&big), 0)]).unwrap();
+            }
+        })));
+        let refreshed = view.refresh();
+        race::set_before_scan(None);
+        assert!(
+            fired.get(),
+            "the writer rolled during the scan of segment {a}"
+        );
+        let cut = std::fs::metadata(segment_path(dir.path(), a))
+            .unwrap()
+            .len();
+        assert!(cut < 1000, "the roll cut segment {a}'s file ({cut} bytes)");
+        refreshed.unwrap();
+        let want = w.describe("t").unwrap().partitions[0].high_watermark;
+        assert_eq!(
+            view.describe("t").unwrap().partitions[0].high_watermark,
+            want
+        );
+        assert_view_reads_all(&view, &val);
+    }
+
+    /// The same roll, racing a read-only open (`cdc sink`, `cdc log tail` starting while
+    /// `cdc run` writes): the open stats the segment it scans last, the writer's roll cuts
+    /// that recycled file, the open reads the statted length. The open must not fail.
+    #[test]
+    fn a_read_only_open_racing_the_roll_that_cuts_its_last_segment_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let val = vec![7u8; 100];
+        let (w, t, _, a) = writer_rolled_into_a_recycled_file(dir.path(), &val);
+        let fired = Rc::new(Cell::new(false));
+        let hook_fired = fired.clone();
+        let big = vec![7u8; 4000];
+        race::set_before_scan(Some(Box::new(move |base| {
+            if base == a && !hook_fired.replace(true) {
+                t.append(0, &[NewRecord::new(None, Some(&big), 0)]).unwrap();
+            }
+        })));
+        let opened = Log::open_read_only(dir.path());
+        race::set_before_scan(None);
+        assert!(
+            fired.get(),
+            "the writer rolled during the scan of segment {a}"
+        );
+        let view = opened.unwrap();
+        let want = w.describe("t").unwrap().partitions[0].high_watermark;
+        assert_eq!(
+            view.describe("t").unwrap().partitions[0].high_watermark,
+            want
+        );
+        assert_view_reads_all(&view, &val);
+    }
+
+    /// A refresh that fails (here: a segment the ledger covers is short while nothing
+    /// writes, which stays an error) leaves the view exactly as it was, and once the file
+    /// is whole again the next refresh catches up (before, the first attempt had already
+    /// taken the new segments on and recorded the ledger as read).
+    #[test]
+    fn a_failed_refresh_changes_nothing_and_the_next_one_catches_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let val = vec![7u8; 100];
+        let (w, _t, view, a) = writer_rolled_into_a_recycled_file(dir.path(), &val);
+        let before = view.describe("t").unwrap().partitions[0].clone();
+        let path = segment_path(dir.path(), a);
+        let bytes = std::fs::read(&path).unwrap();
+        let damaged = Rc::new(Cell::new(false));
+        let hook_damaged = damaged.clone();
+        let hook_path = path.clone();
+        race::set_before_scan(Some(Box::new(move |base| {
+            if base == a && !hook_damaged.replace(true) {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&hook_path)
+                    .unwrap();
+                f.set_len(0).unwrap();
+            }
+        })));
+        let err = view.refresh().unwrap_err();
+        race::set_before_scan(None);
+        assert!(damaged.get());
+        assert!(
+            matches!(err, crate::error::LogError::DurableDataLost { .. }),
+            "unexpected {err}"
+        );
+        assert_eq!(view.describe("t").unwrap().partitions[0], before);
+        assert_view_reads_all(&view, &val);
+        // Whole again: the next refresh catches up.
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(view.refresh().unwrap());
+        let want = w.describe("t").unwrap().partitions[0].high_watermark;
+        assert_eq!(
+            view.describe("t").unwrap().partitions[0].high_watermark,
+            want
+        );
+        assert_view_reads_all(&view, &val);
+    }
 
     /// A read-only view refreshed to a ledger state that retention has outrun since (the
     /// view's segments were dropped, their files recycled and overwritten, or deleted)

@@ -261,6 +261,8 @@ impl Partition {
         for (i, &base) in bases.iter().enumerate() {
             let file = open_seg(dir.join(crate::segment::log_file_name(base)), base)?;
             let size = file.len()?;
+            #[cfg(test)]
+            super::race::before_scan(base);
             if i + 1 < n {
                 let next_base = bases[i + 1];
                 let (index, rebuilt) = load_closed_index(&file, size, next_base, !read_only)?;
