@@ -1,7 +1,7 @@
 //! Real-server test harness: throwaway Postgres, MariaDB, Redis and Typesense servers (and
-//! the noida-db emulator's Elasticsearch API) started from the
-//! installed binaries, on free loopback ports, in temporary directories, configured for
-//! change data capture. See `tests/README.md` for usage and environment variables.
+//! the noida-db emulator's Elasticsearch API, with a basic-authentication proxy to put in
+//! front of it) started from the installed binaries, on free loopback ports, in temporary
+//! directories, configured for change data capture. See `tests/README.md` for usage and environment variables.
 //!
 //! This crate owns the lifecycle of those servers and their directories. Invariants:
 //! - A server never outlives its test process: a dropped server is stopped and its
@@ -18,6 +18,8 @@
 //!   is the servers' parent and can wait for them.
 
 #[cfg(feature = "e2e")]
+mod auth_proxy;
+#[cfg(feature = "e2e")]
 pub mod golden;
 #[cfg(feature = "e2e")]
 mod http;
@@ -29,6 +31,8 @@ mod redis;
 mod typesense;
 mod valkey;
 
+#[cfg(feature = "e2e")]
+pub use auth_proxy::{BasicAuthProxy, ProxiedRequest};
 #[cfg(feature = "e2e")]
 pub use http::http;
 pub use mariadb::{MariaDbOptions, MariaDbServer};

@@ -3,8 +3,9 @@
 //! `_delete_by_query`. Basic authentication when a username is configured.
 //!
 //! Invariants: a request without an answer and the statuses 408/429/5xx are transient
-//! failures, 401/403 definite ones ([`crate::search::http`]); every other status is
-//! handed to the caller, who knows what it means for that call.
+//! failures ([`crate::search::http`]), 401/403 definite ones whose fix names the sink's
+//! `username` / `password` / `password_file`; every other status is handed to the
+//! caller, who knows what it means for that call.
 
 use reqwest::{Method, Url};
 use serde_json::Value;
@@ -85,10 +86,39 @@ impl Client {
         let status = resp.status().as_u16();
         let body = resp.text().await.map_err(|e| http::no_answer(what, e))?;
         let answer = Answer { status, body };
-        if http::is_transient_status(status) || status == 401 || status == 403 {
+        if status == 401 || status == 403 {
+            return Err(self.refused(what, status, &answer.message()));
+        }
+        if http::is_transient_status(status) {
             return Err(http::failed(what, status, &answer.message(), ""));
         }
         Ok(answer)
+    }
+
+    /// A 401 or 403: definite (retrying sends the same credentials). The fix names the
+    /// keys that hold them, since the cluster's message does not know them.
+    fn refused(&self, what: &str, status: u16, message: &str) -> SinkError {
+        let fix = match (&self.auth, status) {
+            (None, 401) => "the cluster requires authentication: set the sink's username and \
+                            password (or password_file)"
+                .to_string(),
+            (Some((user, _)), 401) => format!(
+                "the cluster did not accept user {user:?}: check the sink's username and its \
+                 password / password_file (the file's content, less one trailing newline)"
+            ),
+            (None, _) => "the cluster refuses anonymous requests: set the sink's username and \
+                          password (or password_file) of a user that may write the indexes"
+                .to_string(),
+            (Some((user, _)), _) => format!(
+                "user {user:?} (the sink's username) lacks a privilege: grant it create_index, \
+                 view_index_metadata, manage, read and write on the sink's indexes"
+            ),
+        };
+        SinkError::definite(
+            what,
+            format!("HTTP {status}: {}", http::short(message)),
+            fix,
+        )
     }
 
     /// The index's mapping (`{"properties": …, "_meta": …}`), `None` when there is no
@@ -246,5 +276,38 @@ impl Client {
             &a.message(),
             "check the user's permissions (delete on the index)",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_credentials_are_definite_and_name_the_keys() {
+        let url = Url::parse("http://127.0.0.1:1").unwrap();
+        let auth = Some(("cdc".to_string(), Secret::from("hunter2".to_string())));
+        let with = Client::new(url.clone(), auth).unwrap();
+        let e = with.refused(
+            "w",
+            401,
+            "security_exception: unable to authenticate user [cdc]",
+        );
+        assert!(!e.is_transient());
+        let text = e.to_string();
+        for needle in [
+            "HTTP 401",
+            "username",
+            "password / password_file",
+            "\"cdc\"",
+        ] {
+            assert!(text.contains(needle), "{needle}: {text}");
+        }
+        assert!(!text.contains("hunter2"), "{text}");
+        let without = Client::new(url, None).unwrap();
+        let text = without.refused("w", 401, "").to_string();
+        assert!(text.contains("set the sink's username and password (or password_file)"));
+        assert!(with.refused("w", 403, "").to_string().contains("privilege"));
+        assert!(!without.refused("w", 403, "").is_transient());
     }
 }
