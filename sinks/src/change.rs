@@ -237,6 +237,9 @@ impl Decoder {
         if is_avro(bytes) {
             return self.avro_of(bytes).await;
         }
+        if let Some(m) = crate::scan::flat_key(bytes) {
+            return Ok(Value::Object(m));
+        }
         let m: Map<String, Value> = match serde_json::from_slice(bytes) {
             Ok(m) => m,
             // Not an object: the change says what it expected.

@@ -67,6 +67,47 @@ pub fn envelope(bytes: &[u8]) -> Option<Envelope<'_>> {
     Some(env.0)
 }
 
+/// A record key that is a flat JSON object of integers, strings without escapes,
+/// booleans and nulls (what the connector writes for a primary key), as the map serde
+/// would read; `None` for anything else (a float, an escape, a `schema`/`payload`
+/// wrapper, nesting), which the caller reads with serde.
+pub fn flat_key(bytes: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
+    use serde_json::Value;
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut s = Scanner {
+        text,
+        b: text.as_bytes(),
+        at: 0,
+    };
+    let mut map = serde_json::Map::new();
+    s.object(|s, key| {
+        s.ws();
+        let v = match s.peek()? {
+            b'"' => match s.string()? {
+                (v, false) => Value::String(v.to_string()),
+                (_, true) => return None,
+            },
+            b't' => s.literal(b"true").map(|()| Value::Bool(true))?,
+            b'f' => s.literal(b"false").map(|()| Value::Bool(false))?,
+            b'n' => s.literal(b"null").map(|()| Value::Null)?,
+            _ => {
+                let n = s.number()?;
+                if let Ok(i) = n.parse::<i64>() {
+                    Value::from(i)
+                } else if let Ok(u) = n.parse::<u64>() {
+                    Value::from(u)
+                } else {
+                    return None; // a float: serde's reading of it is left to serde
+                }
+            }
+        };
+        // A duplicate key: serde keeps the last, but leave that to it.
+        map.insert(key.to_string(), v).is_none().then_some(())
+    })?;
+    s.ws();
+    (s.at == s.b.len() && !(map.len() == 2 && map.contains_key("schema"))).then_some(map)
+}
+
 struct Scanner<'a> {
     text: &'a str,
     b: &'a [u8],
@@ -525,6 +566,32 @@ mod tests {
         // Deeper than serde goes.
         let deep = format!("{{\"after\":{}{}}}", "[".repeat(200), "]".repeat(200));
         assert_eq!(envelope(deep.as_bytes()), None);
+    }
+
+    #[test]
+    fn reads_flat_keys_as_serde_does() {
+        for key in [
+            r#"{"id":1}"#,
+            r#"{"id":-9223372036854775808,"region":"eu","ok":true,"n":null}"#,
+            r#"{ "id" : 18446744073709551615 }"#,
+            r#"{}"#,
+        ] {
+            let serde: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(key).unwrap();
+            assert_eq!(flat_key(key.as_bytes()), Some(serde), "{key}");
+        }
+        for other in [
+            r#"{"id":1.5}"#,
+            r#"{"id":"a\"b"}"#,
+            r#"{"id":[1]}"#,
+            r#"{"id":1,"id":2}"#,
+            r#"{"schema":{},"payload":{"id":1}}"#,
+            r#"{"id":1} x"#,
+            r#"{"id":1e3}"#,
+            r#"[1]"#,
+        ] {
+            assert_eq!(flat_key(other.as_bytes()), None, "{other}");
+        }
     }
 
     #[test]
