@@ -145,7 +145,11 @@ impl Pending {
                 + r.value.as_ref().map_or(0, |v| v.len())
                 + 64;
         }
-        self.records.extend(records);
+        if self.records.is_empty() {
+            self.records = records; // taken as it is, not moved over one by one
+        } else {
+            self.records.extend(records);
+        }
     }
 
     /// Removes the first `n` records and the first `c` changes (those of the records).
@@ -178,8 +182,9 @@ struct Ahead {
     /// Records `..decoded` have been prepared (all of them, unless the registry could
     /// not be reached: the main loop then decodes the rest, retrying).
     decoded: usize,
-    /// Changes and the index of their record in `records`.
-    changes: Vec<(Change, usize)>,
+    changes: Vec<Change>,
+    /// For each change, the index of its record in `records`.
+    change_record: Vec<usize>,
     undecodable: Vec<(usize, String)>,
 }
 
@@ -212,7 +217,10 @@ impl Ahead {
                 while ahead.decoded < ahead.records.len() {
                     let i = ahead.decoded;
                     match prepare.prepare(&ahead.records[i]).await {
-                        Ok(Some(c)) => ahead.changes.push((c, i)),
+                        Ok(Some(c)) => {
+                            ahead.changes.push(c);
+                            ahead.change_record.push(i);
+                        }
                         Ok(None) => {}
                         Err(DecodeError::Malformed(why)) => ahead.undecodable.push((i, why)),
                         Err(DecodeError::Registry(_)) => break,
@@ -238,9 +246,13 @@ impl Ahead {
         debug_assert_eq!(p.decoded, base);
         p.push(self.records);
         p.decoded = base + self.decoded;
-        for (c, i) in self.changes {
-            p.changes.push(c);
-            p.change_record.push(base + i);
+        if p.changes.is_empty() && base == 0 {
+            p.changes = self.changes;
+            p.change_record = self.change_record;
+        } else {
+            p.changes.extend(self.changes);
+            p.change_record
+                .extend(self.change_record.into_iter().map(|i| base + i));
         }
         p.undecodable
             .extend(self.undecodable.into_iter().map(|(i, why)| (base + i, why)));
@@ -267,6 +279,10 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
 ) -> Result<DriverStats, SinkError> {
     let mut stats = DriverStats::default();
     let mut p = Pending::default();
+    // What the read-ahead brought, joined to `p` once the batch before it left `p` (so
+    // that the delivered prefix is removed before, not shifted out from under, the next
+    // batch), or at the next turn of the loop.
+    let mut stash: Option<Ahead> = None;
     let mut retry = Retry::new(opts, metrics);
     // Whether the sink asked for more records before it can deliver what it has.
     let mut wants_more = true;
@@ -276,6 +292,9 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
     let mut last_commit = Instant::now();
     metrics.up.set(1);
     loop {
+        if let Some(a) = stash.take() {
+            a.append_to(&mut p);
+        }
         if *shutdown.borrow() {
             // Best effort: what is not committed is replayed, with its effect once.
             if let Err(e) = commit(consumer, &mut uncommitted, &mut stats, metrics).await {
@@ -364,7 +383,7 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
                 }
             });
             prepare = back;
-            ahead.append_to(&mut p);
+            stash = Some(ahead);
             let d = match d {
                 Ok(d) => d,
                 Err(e) => {
@@ -453,6 +472,9 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
         stats.delivered += n_changes as u64;
         metrics.applied.add(n_changes as u64);
         p.drain(n_records, n_changes);
+        if let Some(a) = stash.take() {
+            a.append_to(&mut p);
+        }
         report_lag(
             consumer,
             metrics,
