@@ -13,7 +13,7 @@
 #
 # Each target is a private server on a free-by-default port in $SINK_WORK (default
 # /tmp/cdc-sink-bench), emptied before each run. Prints one line per run: label, wall s,
-# records, records/s, peak RSS MB. CDC_BIN: default target/release/cdc of this checkout.
+# records, records/s, peak RSS MB (for Redis also the server's own CPU of each drain). CDC_BIN: default target/release/cdc of this checkout.
 # REDIS_PORT (default 56379), TYPESENSE_BIN (default: tests/fetch-typesense.sh),
 # TYPESENSE_PORT (default 58108).
 set -euo pipefail
@@ -113,17 +113,25 @@ for line in open(sys.argv[1]):
         cmd("SET", k, json.dumps(after, separators=(",", ":")))
 EOF
     redis-cli -p "$port" flushall >/dev/null
+    # Redis's own CPU (user + sys) for each drain: INFO cpu before and after it (it counts
+    # since the server started, so only the difference is one drain's).
+    rcpu() { redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
+    c0=$(rcpu)
     start=$(date +%s.%N)
     redis-cli -p "$port" --pipe <"$work/commands.resp" >"$work/pipe.out"
     end=$(date +%s.%N)
-    python3 -c "import sys; w=float(sys.argv[2])-float(sys.argv[1]); print(f'limit_redis_cli_pipe\t{w:.2f} s\t$records\t{int($records/w)}/s')" "$start" "$end"
+    c1=$(rcpu)
+    python3 -c "import sys; w=float(sys.argv[2])-float(sys.argv[1]); print(f'limit_redis_cli_pipe\t{w:.2f} s\t$records\t{int($records/w)}/s\tredis cpu {float(sys.argv[4])-float(sys.argv[3]):.2f} s')" "$start" "$end" "$c0" "$c1"
     keys_limit=$(redis-cli -p "$port" dbsize)
     redis-cli -p "$port" flushall >/dev/null
     config "type = \"redis\"
 url = \"redis://127.0.0.1:$port/0\"
 prefix = \"bench\""
+    c0=$(rcpu)
     time_sink cdc_sink_redis
-    # The sink also keeps its per-table versions hash: one key more than the limit's.
+    c1=$(rcpu)
+    echo "redis cpu for the sink's drain: $(python3 -c "import sys; print(f'{float(sys.argv[2])-float(sys.argv[1]):.2f} s')" "$c0" "$c1")"
+    # The sink also keeps its offsets hash and the table's rows set: two keys more than the limit's.
     echo "keys: limit $keys_limit, sink $(redis-cli -p "$port" dbsize)"
     ;;
   typesense)
@@ -133,7 +141,8 @@ prefix = \"bench\""
     "$tbin" --data-dir "$work/ts" --api-key bench --api-address 127.0.0.1 --api-port "$port" \
       --peering-address 127.0.0.1 --peering-port $((port + 1)) >"$work/typesense.log" 2>&1 &
     tpid=$!
-    trap 'kill "$tpid" 2>/dev/null || true' EXIT
+    # Waited for, so that a run right after this one does not find it still on the port.
+    trap 'kill "$tpid" 2>/dev/null && while kill -0 "$tpid" 2>/dev/null; do sleep 0.1; done; true' EXIT
     until curl -sf "http://127.0.0.1:$port/health" >/dev/null; do sleep 0.2; done
     extract
     ts() { curl -sf -H "X-TYPESENSE-API-KEY: bench" "$@"; }
