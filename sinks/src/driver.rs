@@ -213,21 +213,15 @@ impl Ahead {
                 records,
                 ..Ahead::default()
             };
-            runtime.block_on(async {
-                while ahead.decoded < ahead.records.len() {
-                    let i = ahead.decoded;
-                    match prepare.prepare(&ahead.records[i]).await {
-                        Ok(Some(c)) => {
-                            ahead.changes.push(c);
-                            ahead.change_record.push(i);
-                        }
-                        Ok(None) => {}
-                        Err(DecodeError::Malformed(why)) => ahead.undecodable.push((i, why)),
-                        Err(DecodeError::Registry(_)) => break,
-                    }
-                    ahead.decoded += 1;
-                }
-            });
+            // A registry that cannot be reached stops it: the main loop retries the rest.
+            let _ = runtime.block_on(prepare_all(
+                &mut prepare,
+                &ahead.records,
+                &mut ahead.decoded,
+                &mut ahead.changes,
+                &mut ahead.change_record,
+                &mut ahead.undecodable,
+            ));
             (prepare, ahead)
         });
         match task.await {
@@ -257,6 +251,33 @@ impl Ahead {
         p.undecodable
             .extend(self.undecodable.into_iter().map(|(i, why)| (base + i, why)));
     }
+}
+
+/// Prepares `records[*decoded..]`: each change with the index of its record, each record
+/// that cannot be decoded with why. Stops at a record whose schema the registry could not
+/// be asked for and returns that error (`decoded` stays at the record, to be retried).
+async fn prepare_all(
+    prepare: &mut Prepare,
+    records: &[SinkRecord],
+    decoded: &mut usize,
+    changes: &mut Vec<Change>,
+    change_record: &mut Vec<usize>,
+    undecodable: &mut Vec<(usize, String)>,
+) -> Option<SinkError> {
+    while *decoded < records.len() {
+        let i = *decoded;
+        match prepare.prepare(&records[i]).await {
+            Ok(Some(c)) => {
+                changes.push(c);
+                change_record.push(i);
+            }
+            Ok(None) => {}
+            Err(DecodeError::Malformed(why)) => undecodable.push((i, why)),
+            Err(DecodeError::Registry(e)) => return Some(e),
+        }
+        *decoded += 1;
+    }
+    None
 }
 
 fn now_ms() -> i64 {
@@ -348,21 +369,17 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
             }
         }
         // Prepare what was read.
-        while p.decoded < p.records.len() {
-            let i = p.decoded;
-            match prepare.prepare(&p.records[i]).await {
-                Ok(Some(c)) => {
-                    p.changes.push(c);
-                    p.change_record.push(i);
-                }
-                Ok(None) => {}
-                Err(DecodeError::Malformed(why)) => p.undecodable.push((i, why)),
-                Err(DecodeError::Registry(e)) => {
-                    retry.after(e, &mut stats, &mut shutdown).await?;
-                    break;
-                }
-            }
-            p.decoded += 1;
+        if let Some(e) = prepare_all(
+            &mut prepare,
+            &p.records,
+            &mut p.decoded,
+            &mut p.changes,
+            &mut p.change_record,
+            &mut p.undecodable,
+        )
+        .await
+        {
+            retry.after(e, &mut stats, &mut shutdown).await?;
         }
         if p.decoded == 0 {
             continue;
