@@ -78,28 +78,25 @@ async fn hgetall(c: &mut Conn, key: &str) -> Vec<(String, String)> {
     out
 }
 
-async fn smembers(c: &mut Conn, key: &str) -> Vec<String> {
-    let Reply::Array(Some(items)) = cmd(c, &["SMEMBERS", key]).await else {
-        panic!("SMEMBERS {key}")
+/// The sorted strings of an array reply (`SMEMBERS`, `KEYS`).
+async fn sorted(c: &mut Conn, args: &[&str]) -> Vec<String> {
+    let Reply::Array(Some(items)) = cmd(c, args).await else {
+        panic!("{args:?}")
     };
-    let mut m: Vec<String> = items
+    let mut out: Vec<String> = items
         .iter()
         .map(|r| String::from_utf8(r.as_bytes().unwrap().to_vec()).unwrap())
         .collect();
-    m.sort();
-    m
+    out.sort();
+    out
+}
+
+async fn smembers(c: &mut Conn, key: &str) -> Vec<String> {
+    sorted(c, &["SMEMBERS", key]).await
 }
 
 async fn keys(c: &mut Conn, pattern: &str) -> Vec<String> {
-    let Reply::Array(Some(items)) = cmd(c, &["KEYS", pattern]).await else {
-        panic!("KEYS")
-    };
-    let mut k: Vec<String> = items
-        .iter()
-        .map(|r| String::from_utf8(r.as_bytes().unwrap().to_vec()).unwrap())
-        .collect();
-    k.sort();
-    k
+    sorted(c, &["KEYS", pattern]).await
 }
 
 fn change(table: &str, op: Op, offset: u64, id: i64, after: Option<Value>) -> Change {
