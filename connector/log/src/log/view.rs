@@ -204,6 +204,31 @@ mod refresh_race_tests {
     /// rolls reuse pool files; a read-only view opened on it; then the writer appends
     /// `val` records until a roll into a recycled file (the view does not know that
     /// segment yet) and flushes. Returns (writer, topic, view, the new segment's base).
+    /// Makes the writer roll once, in the middle of the view's scan of segment `a`: it
+    /// appends a record that overflows the segment, so the roll cuts `a`'s recycled file
+    /// to its data. The cell says whether it fired.
+    fn roll_when_scanning(t: crate::log::Topic, a: u64) -> Rc<Cell<bool>> {
+        let fired = Rc::new(Cell::new(false));
+        let hook_fired = fired.clone();
+        let big = vec![7u8; 4000];
+        race::set_before_scan(Some(Box::new(move |base| {
+            if base == a && !hook_fired.replace(true) {
+                t.append(0, &[NewRecord::new(None, Some(&big), 0)]).unwrap();
+            }
+        })));
+        fired
+    }
+
+    /// The view is at the writer's high watermark and reads every record.
+    fn assert_view_equals_writer(view: &Log, w: &Log, val: &[u8]) {
+        let want = w.describe("t").unwrap().partitions[0].high_watermark;
+        assert_eq!(
+            view.describe("t").unwrap().partitions[0].high_watermark,
+            want
+        );
+        assert_view_reads_all(view, val);
+    }
+
     fn writer_rolled_into_a_recycled_file(
         dir: &Path,
         val: &[u8],
@@ -266,15 +291,7 @@ mod refresh_race_tests {
         let (w, t, view, a) = writer_rolled_into_a_recycled_file(dir.path(), &val);
         let before = view.describe("t").unwrap().partitions[0].high_watermark;
         assert!(before < a, "the view must scan into the new segment");
-        let fired = Rc::new(Cell::new(false));
-        let hook_fired = fired.clone();
-        let big = vec![7u8; 4000];
-        race::set_before_scan(Some(Box::new(move |base| {
-            if base == a && !hook_fired.replace(true) {
-                // Overflows the segment: the roll cuts the recycled file to its data.
-                t.append(0, &[NewRecord::new(None, Some(&big), 0)]).unwrap();
-            }
-        })));
+        let fired = roll_when_scanning(t, a);
         let refreshed = view.refresh();
         race::set_before_scan(None);
         assert!(
@@ -286,12 +303,7 @@ mod refresh_race_tests {
             .len();
         assert!(cut < 1000, "the roll cut segment {a}'s file ({cut} bytes)");
         refreshed.unwrap();
-        let want = w.describe("t").unwrap().partitions[0].high_watermark;
-        assert_eq!(
-            view.describe("t").unwrap().partitions[0].high_watermark,
-            want
-        );
-        assert_view_reads_all(&view, &val);
+        assert_view_equals_writer(&view, &w, &val);
     }
 
     /// The same roll, racing a read-only open (`cdc sink`, `cdc log tail` starting while
@@ -302,14 +314,7 @@ mod refresh_race_tests {
         let dir = tempfile::tempdir().unwrap();
         let val = vec![7u8; 100];
         let (w, t, _, a) = writer_rolled_into_a_recycled_file(dir.path(), &val);
-        let fired = Rc::new(Cell::new(false));
-        let hook_fired = fired.clone();
-        let big = vec![7u8; 4000];
-        race::set_before_scan(Some(Box::new(move |base| {
-            if base == a && !hook_fired.replace(true) {
-                t.append(0, &[NewRecord::new(None, Some(&big), 0)]).unwrap();
-            }
-        })));
+        let fired = roll_when_scanning(t, a);
         let opened = Log::open_read_only(dir.path());
         race::set_before_scan(None);
         assert!(
@@ -317,12 +322,7 @@ mod refresh_race_tests {
             "the writer rolled during the scan of segment {a}"
         );
         let view = opened.unwrap();
-        let want = w.describe("t").unwrap().partitions[0].high_watermark;
-        assert_eq!(
-            view.describe("t").unwrap().partitions[0].high_watermark,
-            want
-        );
-        assert_view_reads_all(&view, &val);
+        assert_view_equals_writer(&view, &w, &val);
     }
 
     /// A refresh that fails (here: a segment the ledger covers is short while nothing
