@@ -402,6 +402,47 @@ mod tests {
             Ok(Delivered {
                 upto: take,
                 rejected: Vec::new(),
+                in_flight: 0,
+            })
+        }
+    }
+
+    /// A pipelining sink: each call leaves up to two new changes in flight (sent, not
+    /// yet known durable) and reports them delivered in the next call, which must have
+    /// them at its front.
+    struct Pipelined {
+        got: Vec<(u32, u64)>,
+        in_flight: Vec<(u32, u64)>,
+        stop_after: usize,
+        stop: watch::Sender<bool>,
+    }
+
+    impl Sink for Pipelined {
+        async fn deliver(&mut self, changes: &[Change]) -> Result<Delivered, SinkError> {
+            let n = self.in_flight.len();
+            let front: Vec<(u32, u64)> = changes[..n]
+                .iter()
+                .map(|c| (c.partition, c.offset))
+                .collect();
+            assert_eq!(front, self.in_flight, "what was in flight comes first");
+            self.got.append(&mut self.in_flight);
+            let left = (changes.len() - n).min(2);
+            self.in_flight = changes[changes.len() - left..]
+                .iter()
+                .map(|c| (c.partition, c.offset))
+                .collect();
+            self.got.extend(
+                changes[n..changes.len() - left]
+                    .iter()
+                    .map(|c| (c.partition, c.offset)),
+            );
+            if self.got.len() >= self.stop_after {
+                let _ = self.stop.send(true);
+            }
+            Ok(Delivered {
+                upto: changes.len() - left,
+                rejected: Vec::new(),
+                in_flight: left,
             })
         }
     }
@@ -459,6 +500,61 @@ mod tests {
         )
         .await
         .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn changes_left_in_flight_are_delivered_by_the_next_call_without_new_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        fill(&log, 20);
+        let (stop, stop_rx) = watch::channel(false);
+        let mut sink = Pipelined {
+            got: Vec::new(),
+            in_flight: Vec::new(),
+            stop_after: 20,
+            stop,
+        };
+        let mut consumer = EmbeddedConsumer::new(
+            &log,
+            "g",
+            TopicSelector::patterns(["t"]),
+            ResetPolicy::Earliest,
+            true,
+        )
+        .unwrap();
+        let opts = DriverOptions::default();
+        let prepare = Prepare::new(None, TableFilter::default(), ColumnMap::default(), false);
+        let metrics = SinkMetrics::new(&Metrics::default(), "test");
+        // The log has nothing after the 20 records: only a call without new records can
+        // take the last ones out of flight.
+        let stats = tokio::time::timeout(
+            Duration::from_secs(20),
+            driver::run(
+                &mut consumer,
+                &mut sink,
+                &mut NoLetters,
+                prepare,
+                &metrics,
+                stop_rx,
+                &opts,
+            ),
+        )
+        .await
+        .expect("the changes in flight were read back")
+        .unwrap();
+        assert_eq!(stats.delivered, 20);
+        assert!(sink.in_flight.is_empty());
+        for p in 0..2u32 {
+            let offs: Vec<u64> = sink
+                .got
+                .iter()
+                .filter(|(q, _)| *q == p)
+                .map(|(_, o)| *o)
+                .collect();
+            assert_eq!(offs, (0..10).collect::<Vec<_>>(), "partition {p}");
+        }
+        assert_eq!(log.committed("g", "t", 0), Some(10));
+        assert_eq!(log.committed("g", "t", 1), Some(10));
     }
 
     #[tokio::test(flavor = "multi_thread")]

@@ -8,7 +8,9 @@
 //! before anything after it) until it is; a transient failure is retried with backoff
 //! (0.5 s doubling to 30 s) from the same place and logged once per streak; a definite
 //! one returns. Records held while the sink asks for more (a transaction not yet
-//! complete) are bounded by [`DriverOptions::max_pending_bytes`].
+//! complete) are bounded by [`DriverOptions::max_pending_bytes`]. Changes a sink left in
+//! flight stay at the front of the next batch, which is delivered without waiting for
+//! more records: the call reads their outcome.
 //!
 //! Offsets are committed at most every [`DriverOptions::commit_interval`] while records
 //! keep coming, and at once when the log has nothing more for now, and at shutdown: a
@@ -307,6 +309,9 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
     let mut retry = Retry::new(opts, metrics);
     // Whether the sink asked for more records before it can deliver what it has.
     let mut wants_more = true;
+    // Changes the sink left in flight in its last delivery: it reads their outcome in the
+    // next one, which is therefore not put off.
+    let mut in_flight = 0;
     let mut last_applied_ms: Option<i64> = None;
     // Delivered and not yet committed: per partition, the next offset.
     let mut uncommitted: BTreeMap<TopicPartition, u64> = BTreeMap::new();
@@ -333,7 +338,7 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
         if (wants_more || p.records.is_empty()) && p.bytes < opts.max_pending_bytes {
             // With records in hand, only take what is already there; with a position to
             // commit, nothing more to read means now is the time to commit it.
-            let wait = if !uncommitted.is_empty() {
+            let wait = if !uncommitted.is_empty() || in_flight > 0 {
                 Duration::ZERO
             } else if p.changes.is_empty() {
                 opts.poll_wait
@@ -404,11 +409,18 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
             let d = match d {
                 Ok(d) => d,
                 Err(e) => {
+                    in_flight = 0;
                     retry.after(e, &mut stats, &mut shutdown).await?;
                     continue;
                 }
             };
             let upto = d.upto.min(in_hand);
+            in_flight = d.in_flight.min(in_hand - upto);
+            if upto == 0 && in_flight > 0 {
+                // All of it in flight: the next call, right after the next poll, reads it.
+                wants_more = true;
+                continue;
+            }
             if upto == 0 {
                 // The sink waits for more (the rest of a transaction); when no more can
                 // be held, or nothing more came, back off a little.
@@ -433,7 +445,8 @@ pub async fn run<C: LogConsumer, S: Sink, D: DeadLetters>(
                 .map(|(i, why)| (p.records[p.change_record[i]].clone(), why))
                 .collect();
             letters.sort_by_key(|(r, _)| (r.topic.clone(), r.partition, r.offset));
-            wants_more = upto < in_hand;
+            // Changes in flight are not a request for more: the next call reads them.
+            wants_more = upto + in_flight < in_hand;
             (n_records, upto, letters)
         };
         letters.extend(

@@ -17,7 +17,9 @@
 //! - **Delivering.** [`Sink::deliver`] applies a batch and says how far it took effect
 //!   *durably in the target* ([`Delivered`]): all of it or a prefix, and which of the
 //!   delivered changes the target refused for good (those go to the dead-letter topic,
-//!   with the error, and count as delivered).
+//!   with the error, and count as delivered). A sink may leave the end of a batch in
+//!   flight (sent, its outcome not yet read): the driver then calls again soon, with
+//!   those changes at the front, and only that call's `upto` makes them delivered.
 //! - **Committing.** Only then does the group's offset move, over the delivered prefix,
 //!   per partition. A crash replays from the committed offsets, so a sink sees some
 //!   changes again: every sink applies a change conditionally on its [`Change::version`]
@@ -80,6 +82,12 @@ pub struct Delivered {
     /// a value it cannot store): index into the batch and the target's error. They go to
     /// the dead-letter topic and the sink goes on.
     pub rejected: Vec<(usize, String)>,
+    /// Changes after the first `upto` that the sink has sent and whose outcome it has not
+    /// read yet (a pipelining sink: the target applies them while the driver prepares the
+    /// next batch). They are not durable: the driver passes them again, at the front of
+    /// the next call, and that call reports them in its `upto` (or fails, and they are
+    /// delivered again from scratch).
+    pub in_flight: usize,
 }
 
 impl Delivered {
@@ -87,7 +95,7 @@ impl Delivered {
     pub fn all(n: usize) -> Self {
         Delivered {
             upto: n,
-            rejected: Vec::new(),
+            ..Delivered::default()
         }
     }
 }

@@ -264,7 +264,6 @@ impl Conn {
     /// Sends `cmds` in one pipeline and returns their replies, in order. Error replies are
     /// values; an `Err` means the connection failed and must be dropped.
     pub async fn pipeline(&mut self, cmds: &[Cmd]) -> Result<Vec<Reply>, ConnError> {
-        self.out.clear();
         let timeout = self.timeout;
         let Conn {
             reader,
@@ -272,22 +271,6 @@ impl Conn {
             out,
             ..
         } = self;
-        let write = async {
-            for c in cmds {
-                if c.body.len() < DIRECT {
-                    c.write_to(out);
-                } else {
-                    // A large command (a chunk's MSET) goes out as it is, not copied.
-                    c.write_header(out);
-                    writer.write_all(out).await?;
-                    out.clear();
-                    writer.write_all(&c.body).await?;
-                }
-            }
-            writer.write_all(out).await?;
-            writer.flush().await?;
-            Ok::<(), ConnError>(())
-        };
         let read = async {
             let mut replies = Vec::with_capacity(cmds.len());
             for _ in 0..cmds.len() {
@@ -295,28 +278,35 @@ impl Conn {
             }
             Ok::<Vec<Reply>, ConnError>(replies)
         };
-        let both = async { tokio::try_join!(write, read).map(|((), r)| r) };
+        let both = async { tokio::try_join!(write_cmds(writer, out, cmds), read).map(|((), r)| r) };
         match tokio::time::timeout(timeout, both).await {
             Ok(r) => r,
             Err(_) => Err(ConnError::Timeout(timeout)),
         }
     }
 
-    /// Sends one command without waiting for its reply (read it with [`Conn::recv`]).
-    /// Redis buffers the replies, so many may be sent before the first is read.
-    pub async fn send(&mut self, cmd: &Cmd) -> Result<(), ConnError> {
-        self.out.clear();
-        cmd.write_to(&mut self.out);
+    /// Sends `cmds` without reading their replies: read them later with [`Conn::recv_n`],
+    /// in order, before or after sending more. (Redis buffers the replies of a client that
+    /// is not reading, so this cannot deadlock.)
+    pub async fn send_all(&mut self, cmds: &[Cmd]) -> Result<(), ConnError> {
         let Conn { writer, out, .. } = self;
-        match tokio::time::timeout(self.timeout, writer.write_all(out)).await {
-            Ok(r) => Ok(r?),
+        match tokio::time::timeout(self.timeout, write_cmds(writer, out, cmds)).await {
+            Ok(r) => r,
             Err(_) => Err(ConnError::Timeout(self.timeout)),
         }
     }
 
-    /// The reply to the oldest command sent and not yet answered.
-    pub async fn recv(&mut self) -> Result<Reply, ConnError> {
-        match tokio::time::timeout(self.timeout, self.reader.next()).await {
+    /// The replies to the `n` oldest commands sent and not yet answered.
+    pub async fn recv_n(&mut self, n: usize) -> Result<Vec<Reply>, ConnError> {
+        let reader = &mut self.reader;
+        let read = async {
+            let mut replies = Vec::with_capacity(n);
+            for _ in 0..n {
+                replies.push(reader.next().await?);
+            }
+            Ok::<Vec<Reply>, ConnError>(replies)
+        };
+        match tokio::time::timeout(self.timeout, read).await {
             Ok(r) => r,
             Err(_) => Err(ConnError::Timeout(self.timeout)),
         }
@@ -328,6 +318,29 @@ impl Conn {
         r.pop()
             .ok_or_else(|| ConnError::Protocol("no reply".into()))
     }
+}
+
+/// Writes `cmds` in order: small ones gathered in `out`, a large one (a chunk's MSET)
+/// from its own buffer, not copied.
+async fn write_cmds(
+    writer: &mut OwnedWriteHalf,
+    out: &mut Vec<u8>,
+    cmds: &[Cmd],
+) -> Result<(), ConnError> {
+    out.clear();
+    for c in cmds {
+        if c.body.len() < DIRECT {
+            c.write_to(out);
+        } else {
+            c.write_header(out);
+            writer.write_all(out).await?;
+            out.clear();
+            writer.write_all(&c.body).await?;
+        }
+    }
+    writer.write_all(out).await?;
+    writer.flush().await?;
+    Ok(())
 }
 
 /// The read side: bytes as they arrive, parsed into replies from a buffer (no allocation

@@ -2,7 +2,10 @@
 //! so a transaction is applied by one MULTI/EXEC), each chunk taken through the steps of
 //! [`super::apply`] over the one connection, then truncates finished by a sweep.
 //!
-//! Invariants: chunks are applied in batch order, one after the other; rejected indices
+//! Invariants: chunks are applied in batch order, one after the other (at most one EXEC
+//! unanswered, and nothing of a chunk is planned from reads taken before the EXEC of the
+//! chunk before it); a chunk left in flight is at the front of the next call's batch,
+//! and is reported delivered only once its EXEC is answered; rejected indices
 //! are into the slice given; a chunk whose EXEC found a watched key changed is planned
 //! again from fresh reads (bounded); a truncate's sweep runs right after the EXEC that set
 //! its rows aside, deletes only keys the table's rows set does not hold again (so a row
@@ -13,19 +16,31 @@ use super::apply::{rows_key, sweeps_key, truncated_key, ChunkPlan, Exec};
 use super::conn::{is_transient_reply, Cmd, Conn, ConnError, Reply};
 use super::{RedisSink, CALL_BYTES, CALL_CHANGES};
 use crate::change::{Change, Op};
-use crate::SinkError;
+use crate::{Delivered, SinkError};
+
+const WHAT: &str = "applying changes in Redis";
 
 /// How often a chunk is planned again after its watched keys changed, before the sink
 /// calls it a transient failure (another writer is busy on the same keys).
 const MAX_CONFLICTS: usize = 20;
 
-/// The batch indices of each chunk: whole ranges of `cuts`, up to about
-/// [`CALL_CHANGES`] changes or [`CALL_BYTES`] bytes of records, END records left out.
-fn chunks(changes: &[Change], cuts: &[usize]) -> Vec<Vec<usize>> {
+/// A chunk of the batch: its changes' indices (END records left out) and the range of
+/// the batch it covers.
+struct Chunk {
+    idx: Vec<usize>,
+    start: usize,
+    end: usize,
+}
+
+/// The chunks of `changes[from..]` up to the last cut: whole ranges of `cuts` (absolute
+/// ends, ascending), up to about [`CALL_CHANGES`] changes or [`CALL_BYTES`] bytes of
+/// records each. A range of only END records at the end is in no chunk.
+fn chunks(changes: &[Change], from: usize, cuts: &[usize]) -> Vec<Chunk> {
     let mut out = Vec::new();
     let mut cur = Vec::new();
     let mut bytes = 0;
-    let mut start = 0;
+    let mut start = from;
+    let mut chunk_start = from;
     for &end in cuts {
         for (i, c) in changes.iter().enumerate().take(end).skip(start) {
             if c.op == Op::TxEnd {
@@ -38,14 +53,51 @@ fn chunks(changes: &[Change], cuts: &[usize]) -> Vec<Vec<usize>> {
         }
         start = end;
         if cur.len() >= CALL_CHANGES || bytes >= CALL_BYTES {
-            out.push(std::mem::take(&mut cur));
+            out.push(Chunk {
+                idx: std::mem::take(&mut cur),
+                start: chunk_start,
+                end,
+            });
+            chunk_start = end;
             bytes = 0;
         }
     }
     if !cur.is_empty() {
-        out.push(cur);
+        out.push(Chunk {
+            idx: cur,
+            start: chunk_start,
+            end: start,
+        });
     }
     out
+}
+
+/// A chunk whose EXEC is sent and whose replies are not read yet.
+pub(crate) struct Sent {
+    plan: ChunkPlan,
+    /// Replies its block gets (MULTI's, each QUEUED, EXEC's).
+    replies: usize,
+    /// Its range of the batch, in the indices of the current call.
+    start: usize,
+    pub(crate) end: usize,
+    /// What to subtract from the batch indices in `plan` (those of the call that planned
+    /// it) to get the current call's.
+    shift: usize,
+}
+
+/// What a call took effect of so far.
+#[derive(Default)]
+struct Done {
+    rejected: Vec<(usize, String)>,
+}
+
+impl Done {
+    /// A chunk applied: its refusals, in the current call's indices.
+    fn take(&mut self, plan: &mut ChunkPlan, shift: usize, metrics: &super::RedisMetrics) {
+        metrics.stale.add(plan.stale);
+        self.rejected
+            .extend(plan.rejected.drain(..).map(|(i, e)| (i - shift, e)));
+    }
 }
 
 /// A reply that is an error in a read step: the server's state (transient) or not.
@@ -79,13 +131,21 @@ fn unexpected(what: &str, got: String) -> SinkError {
 }
 
 impl RedisSink {
-    /// Applies `changes` (a prefix of the batch that the plan allows), keeping `cuts`;
-    /// returns the refused changes.
+    /// Applies `changes[from..upto]` (what the plan allows of the batch after the chunk in
+    /// flight, if any), keeping `cuts`, and reads the outcome of the chunk in flight.
+    ///
+    /// Pipelined: each chunk's reads are sent behind the EXEC of the chunk before, and
+    /// the last chunk's EXEC is left in flight when the call returns, so that Redis
+    /// applies it while the driver prepares the next batch. Its outcome is read by the
+    /// next call (which then reports it delivered), or by this one when it has nothing
+    /// new to send. A chunk that truncates is applied on its own, in step.
     pub(super) async fn apply(
         &mut self,
         changes: &[Change],
+        from: usize,
+        upto: usize,
         cuts: &[usize],
-    ) -> Result<Vec<(usize, String)>, SinkError> {
+    ) -> Result<Delivered, SinkError> {
         let addr = self.cfg.address.clone();
         self.connected().await?;
         // Taken out while in use: dropped (not put back) if anything fails on it, so a
@@ -97,57 +157,154 @@ impl RedisSink {
             self.finish_sweeps(&mut conn).await?;
             self.sweeps_checked = true;
         }
-        let mut rejected = Vec::new();
-        const WHAT: &str = "applying changes in Redis";
-        for idx in chunks(changes, cuts) {
-            let mut plan = ChunkPlan::new(&self.cfg, changes, &idx);
+        let mut done = Done::default();
+        for chunk in chunks(changes, from, &cuts[..cuts.partition_point(|&c| c <= upto)]) {
+            let mut plan = ChunkPlan::new(&self.cfg, changes, &chunk.idx);
             if plan.truncated_suffixes().next().is_some() {
+                self.settle(&mut conn, &mut done).await?;
                 // The truncate renames the rows set to the truncated one: that must be free.
                 self.finish_sweeps(&mut conn).await?;
-            }
-            let mut conflicts = 0;
-            loop {
-                let r = conn.pipeline(&plan.reads()).await.map_err(io)?;
-                check_replies(&r, WHAT)?;
-                plan.take_reads(&r).map_err(|e| unexpected(WHAT, e))?;
-                let exists = plan.reads_types();
-                if !exists.is_empty() {
-                    let r = conn.pipeline(&exists).await.map_err(io)?;
-                    check_replies(&r, WHAT)?;
-                    let types = plan.take_types(&r).map_err(|e| unexpected(WHAT, e))?;
-                    if !types.is_empty() {
-                        let r = conn.pipeline(&types).await.map_err(io)?;
-                        check_replies(&r, WHAT)?;
-                        plan.take_fresh_types(&r).map_err(|e| unexpected(WHAT, e))?;
-                    }
+                self.apply_now(&mut conn, &mut plan).await?;
+                done.take(&mut plan, 0, &self.metrics);
+                for suffix in plan.truncates() {
+                    self.sweep(&mut conn, &suffix).await?;
                 }
-                let r = conn.pipeline(&plan.writes()).await.map_err(io)?;
-                self.metrics.execs.inc();
-                match plan.take_exec(&r) {
-                    Exec::Done => break,
+                continue;
+            }
+            let reads = plan.reads();
+            conn.send_all(&reads).await.map_err(io)?;
+            if let Some(mut prev) = self.in_flight.take() {
+                let r = conn.recv_n(prev.replies).await.map_err(io)?;
+                match prev.plan.take_exec(&r) {
+                    Exec::Done => done.take(&mut prev.plan, prev.shift, &self.metrics),
                     Exec::Conflict => {
-                        conflicts += 1;
+                        // Another writer moved an offset: this chunk's reads were taken
+                        // after nothing of the one before applied. Both again, in step.
                         self.metrics.conflicts.inc();
-                        if conflicts >= MAX_CONFLICTS {
-                            return Err(SinkError::transient(
-                                WHAT,
-                                "another client keeps changing the sink's offsets while it applies changes",
-                            ));
-                        }
-                        plan.reset_for_retry();
+                        conn.recv_n(reads.len()).await.map_err(io)?;
+                        prev.plan.reset_for_retry();
+                        self.apply_now(&mut conn, &mut prev.plan).await?;
+                        done.take(&mut prev.plan, prev.shift, &self.metrics);
+                        self.apply_now(&mut conn, &mut plan).await?;
+                        done.take(&mut plan, 0, &self.metrics);
+                        continue;
                     }
                     Exec::Failed(e) => return Err(reply_error(WHAT, &e)),
                 }
             }
-            self.metrics.stale.add(plan.stale);
-            rejected.append(&mut plan.rejected);
-            for suffix in plan.truncates() {
-                self.sweep(&mut conn, &suffix).await?;
-            }
+            let r = conn.recv_n(reads.len()).await.map_err(io)?;
+            let writes = self.plan_writes(&mut conn, &mut plan, &r).await?;
+            conn.send_all(&writes).await.map_err(io)?;
+            self.metrics.execs.inc();
+            self.in_flight = Some(Sent {
+                plan,
+                replies: writes.len(),
+                start: chunk.start,
+                end: chunk.end,
+                shift: 0,
+            });
+        }
+        let in_flight_now = self.in_flight.as_ref().is_some_and(|s| s.start >= from);
+        if !in_flight_now {
+            // Nothing new went out behind it: read how the chunk in flight went.
+            self.settle(&mut conn, &mut done).await?;
         }
         self.conn = Some(conn);
-        rejected.sort_by_key(|(i, _)| *i);
-        Ok(rejected)
+        let mut d = Delivered {
+            rejected: done.rejected,
+            ..Delivered::default()
+        };
+        d.rejected.sort_by_key(|(i, _)| *i);
+        match &mut self.in_flight {
+            Some(s) => {
+                d.upto = s.start;
+                d.in_flight = s.end - s.start;
+                // In the next call's indices: the delivered prefix is gone from its batch.
+                s.shift += d.upto;
+                s.start -= d.upto;
+                s.end -= d.upto;
+            }
+            None => d.upto = upto,
+        }
+        Ok(d)
+    }
+
+    /// Reads the outcome of the chunk in flight, if any (applying it again, in step, if
+    /// another writer moved an offset meanwhile).
+    async fn settle(&mut self, conn: &mut Conn, done: &mut Done) -> Result<(), SinkError> {
+        let Some(mut prev) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let addr = self.cfg.address.clone();
+        let r = conn
+            .recv_n(prev.replies)
+            .await
+            .map_err(|e| e.into_sink_error(&addr))?;
+        match prev.plan.take_exec(&r) {
+            Exec::Done => {}
+            Exec::Conflict => {
+                self.metrics.conflicts.inc();
+                prev.plan.reset_for_retry();
+                self.apply_now(conn, &mut prev.plan).await?;
+            }
+            Exec::Failed(e) => return Err(reply_error(WHAT, &e)),
+        }
+        done.take(&mut prev.plan, prev.shift, &self.metrics);
+        Ok(())
+    }
+
+    /// Steps 1 to 4 of a chunk, waiting for each: planned again while its EXEC finds an
+    /// offset moved by another writer (bounded).
+    async fn apply_now(&mut self, conn: &mut Conn, plan: &mut ChunkPlan) -> Result<(), SinkError> {
+        let addr = self.cfg.address.clone();
+        let io = |e: ConnError| e.into_sink_error(&addr);
+        let mut conflicts = 0;
+        loop {
+            let r = conn.pipeline(&plan.reads()).await.map_err(io)?;
+            let writes = self.plan_writes(conn, plan, &r).await?;
+            let r = conn.pipeline(&writes).await.map_err(io)?;
+            self.metrics.execs.inc();
+            match plan.take_exec(&r) {
+                Exec::Done => return Ok(()),
+                Exec::Conflict => {
+                    conflicts += 1;
+                    self.metrics.conflicts.inc();
+                    if conflicts >= MAX_CONFLICTS {
+                        return Err(SinkError::transient(
+                            WHAT,
+                            "another client keeps changing the sink's offsets while it applies changes",
+                        ));
+                    }
+                    plan.reset_for_retry();
+                }
+                Exec::Failed(e) => return Err(reply_error(WHAT, &e)),
+            }
+        }
+    }
+
+    /// Steps 1 (its replies, `reads`) to 3 of a chunk; returns step 4's block.
+    async fn plan_writes(
+        &mut self,
+        conn: &mut Conn,
+        plan: &mut ChunkPlan,
+        reads: &[Reply],
+    ) -> Result<Vec<Cmd>, SinkError> {
+        let addr = self.cfg.address.clone();
+        let io = |e: ConnError| e.into_sink_error(&addr);
+        check_replies(reads, WHAT)?;
+        plan.take_reads(reads).map_err(|e| unexpected(WHAT, e))?;
+        let exists = plan.reads_types();
+        if !exists.is_empty() {
+            let r = conn.pipeline(&exists).await.map_err(io)?;
+            check_replies(&r, WHAT)?;
+            let types = plan.take_types(&r).map_err(|e| unexpected(WHAT, e))?;
+            if !types.is_empty() {
+                let r = conn.pipeline(&types).await.map_err(io)?;
+                check_replies(&r, WHAT)?;
+                plan.take_fresh_types(&r).map_err(|e| unexpected(WHAT, e))?;
+            }
+        }
+        Ok(plan.writes())
     }
 
     /// Finishes every sweep the sweeps list names.

@@ -9,8 +9,11 @@
 //! one. A set per table holds the keys of its rows, for truncates and `cdc verify`.
 //!
 //! Delivery ([`deliver`]): a batch is cut into chunks of up to [`CALL_CHANGES`] changes,
-//! each one MULTI/EXEC; a batch counts as delivered when Redis answered every EXEC
-//! (durability is Redis's: with persistence off, a Redis restart loses the view).
+//! each one MULTI/EXEC, pipelined: a chunk's reads go out behind the EXEC of the chunk
+//! before, and the last EXEC of a call is left in flight (`Delivered::in_flight`) for
+//! Redis to apply while the driver prepares the next batch. A change counts as delivered
+//! once Redis answered its EXEC (durability is Redis's: with persistence off, a Redis
+//! restart loses the view).
 //! Transactional sinks ([`tx`]) deliver only whole transactions, each inside one chunk.
 //!
 //! Failures: a connection that fails, a Redis that is loading, read-only, out of memory
@@ -22,7 +25,7 @@
 pub mod apply;
 pub mod config;
 pub mod conn;
-mod deliver;
+pub(crate) mod deliver;
 pub mod tx;
 pub mod view_read;
 
@@ -104,6 +107,9 @@ pub struct RedisSink {
     metrics: RedisMetrics,
     /// Whether the sweeps left unfinished were looked for on this connection.
     sweeps_checked: bool,
+    /// The chunk whose EXEC was sent last and whose replies are not read yet (only while
+    /// `conn` is the connection it was sent on).
+    in_flight: Option<deliver::Sent>,
 }
 
 impl RedisSink {
@@ -123,6 +129,7 @@ impl RedisSink {
             planner,
             metrics: RedisMetrics::new(metrics, spec.name()),
             sweeps_checked: false,
+            in_flight: None,
         };
         match sink.connected().await {
             Ok(_) => {}
@@ -159,26 +166,31 @@ impl RedisSink {
 
 impl Sink for RedisSink {
     async fn deliver(&mut self, changes: &[Change]) -> Result<Delivered, SinkError> {
+        // The changes in flight since the last call are at the front: plan what follows.
+        let from = self
+            .in_flight
+            .as_ref()
+            .map_or(0, |s| s.end)
+            .min(changes.len());
+        let new = &changes[from..];
         let plan = match &mut self.planner {
-            Some(p) => p.plan(changes, std::time::Instant::now()),
-            None => tx::Plan::all(changes.len()),
+            Some(p) => p.plan(new, std::time::Instant::now()),
+            None => tx::Plan::all(new.len()),
         };
         if plan.forced > 0 {
             self.metrics.forced.add(plan.forced as u64);
         }
-        if plan.upto == 0 {
+        if plan.upto == 0 && self.in_flight.is_none() {
             return Ok(Delivered::default());
         }
-        match self.apply(&changes[..plan.upto], &plan.cuts).await {
-            Ok(rejected) => Ok(Delivered {
-                upto: plan.upto,
-                rejected,
-            }),
+        let cuts: Vec<usize> = plan.cuts.iter().map(|c| c + from).collect();
+        match self.apply(changes, from, from + plan.upto, &cuts).await {
+            Ok(d) => Ok(d),
             Err(e) => {
-                if e.is_transient() {
-                    // The connection may be out of step or gone: start afresh.
-                    self.conn = None;
-                }
+                // What was in flight is delivered again, from scratch, on a fresh
+                // connection (the one it was sent on may be out of step or gone).
+                self.in_flight = None;
+                self.conn = None;
                 Err(e)
             }
         }

@@ -195,6 +195,7 @@ pub async fn deliver<E: Engine>(
             Ok(Delivered {
                 upto: done,
                 rejected,
+                in_flight: 0,
             })
         } else {
             Err(e)
@@ -267,6 +268,7 @@ pub async fn deliver<E: Engine>(
                         return Ok(Delivered {
                             upto: from,
                             rejected,
+                            in_flight: 0,
                         });
                     }
                 }
@@ -279,6 +281,7 @@ pub async fn deliver<E: Engine>(
     Ok(Delivered {
         upto: done,
         rejected,
+        in_flight: 0,
     })
 }
 
