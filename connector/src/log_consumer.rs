@@ -478,6 +478,29 @@ mod tests {
         log.flush(None).unwrap();
     }
 
+    /// A consumer of group `g` over topic `t`, from the earliest offset.
+    fn group_g(log: &Log) -> Result<EmbeddedConsumer, LogError> {
+        EmbeddedConsumer::new(
+            log,
+            "g",
+            TopicSelector::patterns(["t"]),
+            ResetPolicy::Earliest,
+            true,
+        )
+    }
+
+    /// Asserts that `got` holds offsets 0..10 of each of the two partitions, in order.
+    fn each_record_once_in_order(got: &[(u32, u64)]) {
+        for p in 0..2u32 {
+            let offs: Vec<u64> = got
+                .iter()
+                .filter(|(q, _)| *q == p)
+                .map(|(_, o)| *o)
+                .collect();
+            assert_eq!(offs, (0..10).collect::<Vec<_>>(), "partition {p}");
+        }
+    }
+
     async fn drive(
         consumer: &mut EmbeddedConsumer,
         sink: &mut Collect,
@@ -514,14 +537,7 @@ mod tests {
             stop_after: 20,
             stop,
         };
-        let mut consumer = EmbeddedConsumer::new(
-            &log,
-            "g",
-            TopicSelector::patterns(["t"]),
-            ResetPolicy::Earliest,
-            true,
-        )
-        .unwrap();
+        let mut consumer = group_g(&log).unwrap();
         let opts = DriverOptions::default();
         let prepare = Prepare::new(None, TableFilter::default(), ColumnMap::default(), false);
         let metrics = SinkMetrics::new(&Metrics::default(), "test");
@@ -544,15 +560,7 @@ mod tests {
         .unwrap();
         assert_eq!(stats.delivered, 20);
         assert!(sink.in_flight.is_empty());
-        for p in 0..2u32 {
-            let offs: Vec<u64> = sink
-                .got
-                .iter()
-                .filter(|(q, _)| *q == p)
-                .map(|(_, o)| *o)
-                .collect();
-            assert_eq!(offs, (0..10).collect::<Vec<_>>(), "partition {p}");
-        }
+        each_record_once_in_order(&sink.got);
         assert_eq!(log.committed("g", "t", 0), Some(10));
         assert_eq!(log.committed("g", "t", 1), Some(10));
     }
@@ -569,28 +577,13 @@ mod tests {
             stop_after: 20,
             stop,
         };
-        let mut consumer = EmbeddedConsumer::new(
-            &log,
-            "g",
-            TopicSelector::patterns(["t"]),
-            ResetPolicy::Earliest,
-            true,
-        )
-        .unwrap();
+        let mut consumer = group_g(&log).unwrap();
         assert_eq!(consumer.lag(), 20);
         let stats = drive(&mut consumer, &mut sink, stop_rx).await;
         assert_eq!(stats.delivered, 20);
         assert_eq!(stats.retries, 1, "the transient failure was retried once");
         // Every record once, in offset order within each partition.
-        for p in 0..2u32 {
-            let offs: Vec<u64> = sink
-                .got
-                .iter()
-                .filter(|(q, _)| *q == p)
-                .map(|(_, o)| *o)
-                .collect();
-            assert_eq!(offs, (0..10).collect::<Vec<_>>(), "partition {p}");
-        }
+        each_record_once_in_order(&sink.got);
         assert_eq!(log.committed("g", "t", 0), Some(10));
         assert_eq!(log.committed("g", "t", 1), Some(10));
         assert_eq!(consumer.lag(), 0);
@@ -606,25 +599,10 @@ mod tests {
             stop,
         };
         // The first consumer still holds the group: a second one is refused.
-        let e = EmbeddedConsumer::new(
-            &log,
-            "g",
-            TopicSelector::patterns(["t"]),
-            ResetPolicy::Earliest,
-            true,
-        )
-        .err()
-        .unwrap();
+        let e = group_g(&log).err().unwrap();
         assert!(matches!(e, LogError::GroupLocked { .. }), "{e}");
         drop(consumer);
-        let mut consumer = EmbeddedConsumer::new(
-            &log,
-            "g",
-            TopicSelector::patterns(["t"]),
-            ResetPolicy::Earliest,
-            true,
-        )
-        .unwrap();
+        let mut consumer = group_g(&log).unwrap();
         assert_eq!(consumer.lag(), 4);
         drive(&mut consumer, &mut sink, stop_rx).await;
         let mut got = sink.got.clone();
