@@ -501,9 +501,9 @@ mod tests {
         }
     }
 
-    async fn drive(
+    async fn drive<S: Sink>(
         consumer: &mut EmbeddedConsumer,
-        sink: &mut Collect,
+        sink: &mut S,
         stop: watch::Receiver<bool>,
     ) -> driver::DriverStats {
         let opts = DriverOptions {
@@ -538,26 +538,14 @@ mod tests {
             stop,
         };
         let mut consumer = group_g(&log).unwrap();
-        let opts = DriverOptions::default();
-        let prepare = Prepare::new(None, TableFilter::default(), ColumnMap::default(), false);
-        let metrics = SinkMetrics::new(&Metrics::default(), "test");
         // The log has nothing after the 20 records: only a call without new records can
         // take the last ones out of flight.
         let stats = tokio::time::timeout(
             Duration::from_secs(20),
-            driver::run(
-                &mut consumer,
-                &mut sink,
-                &mut NoLetters,
-                prepare,
-                &metrics,
-                stop_rx,
-                &opts,
-            ),
+            drive(&mut consumer, &mut sink, stop_rx),
         )
         .await
-        .expect("the changes in flight were read back")
-        .unwrap();
+        .expect("the changes in flight were read back");
         assert_eq!(stats.delivered, 20);
         assert!(sink.in_flight.is_empty());
         each_record_once_in_order(&sink.got);
