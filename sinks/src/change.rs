@@ -164,6 +164,9 @@ pub struct Decoder {
     schemas: HashMap<u32, Arc<apache_avro::Schema>>,
     keep_after_json: bool,
     names: HashSet<Arc<str>>,
+    /// The transaction id of the last change: a transaction's changes come one after the
+    /// other and share one copy of it.
+    last_tx: Option<Arc<str>>,
 }
 
 /// Past this many distinct names the set is started afresh (a log of very many tables
@@ -179,6 +182,7 @@ impl Decoder {
             schemas: HashMap::new(),
             keep_after_json: false,
             names: HashSet::new(),
+            last_tx: None,
         }
     }
 
@@ -401,8 +405,16 @@ impl Decoder {
             data_collection_order: Some(d),
         }) = env.transaction
         {
+            let id = match &self.last_tx {
+                Some(last) if **last == *id => last.clone(),
+                _ => {
+                    let new: Arc<str> = id.as_ref().into();
+                    self.last_tx = Some(new.clone());
+                    new
+                }
+            };
             c.tx = Some(TxInfo {
-                id: id.as_ref().into(),
+                id,
                 total_order: t,
                 data_collection_order: d,
             });
@@ -743,7 +755,7 @@ mod tests {
     /// Changes of one table share its names.
     #[test]
     fn names_are_shared() {
-        let v = r#"{"after":{"id":1},"source":{"schema":"public","table":"t"},"op":"c"}"#;
+        let v = r#"{"after":{"id":1},"source":{"schema":"public","table":"t"},"op":"c","transaction":{"id":"7:1","total_order":1,"data_collection_order":1}}"#;
         let mut d = Decoder::new(None);
         let r = rec(Some(r#"{"id":1}"#), Some(v));
         let (Decoded::Change(a), Decoded::Change(b)) = (
@@ -753,6 +765,12 @@ mod tests {
             panic!()
         };
         assert!(Arc::ptr_eq(&a.table, &b.table) && Arc::ptr_eq(&a.schema, &b.schema));
+        let (ta, tb) = (a.tx.unwrap(), b.tx.unwrap());
+        assert_eq!(&*ta.id, "7:1");
+        assert!(
+            Arc::ptr_eq(&ta.id, &tb.id),
+            "one copy of a transaction's id"
+        );
     }
 
     /// The fast reader ([`crate::scan`]) and serde's reading agree on every record the
