@@ -296,6 +296,61 @@ async fn added_column_appears_in_later_records() {
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
 
+/// `TRUNCATE TABLE` writes no row events: the source writes a truncate record for it
+/// (`op = t`, in its own transaction), so that what is rebuilt from the log (a view) loses
+/// the rows the table lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn truncate_is_written_as_a_truncate_record() {
+    let my = MariaDbServer::shared();
+    let db = setup_acct(my, 5).await;
+    let (_dir, mut c) = temp_connector(my, &db, "");
+    c.start();
+    c.converge(my, &db, T).await;
+    my.execute(&format!(
+        "TRUNCATE TABLE {db}.acct;
+         INSERT INTO {db}.acct (id, v, pad) VALUES (900, 1, 'p');"
+    ))
+    .await
+    .unwrap();
+    let recs = c
+        .wait_until(T, |recs| {
+            values(recs).any(|v| v["op"] == "c" && v["after"]["id"] == 900)
+        })
+        .await;
+    let t: Vec<&Rec> = recs
+        .iter()
+        .filter(|r| r.value.as_ref().is_some_and(|v| v["op"] == "t"))
+        .collect();
+    // One copy in every partition of the topic, each saying how many there are.
+    let mut partitions: Vec<u32> = recs.iter().map(|r| r.partition).collect();
+    partitions.dedup();
+    assert_eq!(
+        t.iter().map(|r| r.partition).collect::<Vec<_>>(),
+        partitions,
+        "a truncate in every partition"
+    );
+    for r in &t {
+        let v = r.value.as_ref().unwrap();
+        assert_eq!(v["source"]["table"], "acct", "{v}");
+        assert_eq!(v["source"]["db"], db.as_str(), "{v}");
+        assert!(v["before"].is_null() && v["after"].is_null(), "{v}");
+        // As Debezium's MySQL connector: outside any transaction.
+        assert!(v["transaction"].is_null(), "{v}");
+        assert!(r.key.is_none(), "a truncate has no key");
+        assert!(
+            r.headers
+                .contains(&("cdc.truncate.partitions".to_string(), t.len().to_string())),
+            "{:?}",
+            r.headers
+        );
+    }
+    // After it, only the row inserted after the truncate: the log equals the table.
+    let rebuilt = rebuild(&recs);
+    assert_eq!(rebuilt.len(), 1, "{rebuilt:?}");
+    assert_eq!(rebuilt, table_rows(my, &db).await);
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn large_transactions_multi_row_events_and_nulls() {
     let my = MariaDbServer::shared();

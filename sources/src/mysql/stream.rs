@@ -142,6 +142,18 @@ struct Tx {
     id: Option<Arc<str>>,
 }
 
+impl Tx {
+    /// The transaction id of the group's records: its GTID, or its place in the binlog.
+    fn id(&mut self) -> Arc<str> {
+        self.id
+            .get_or_insert_with(|| match &self.gtid {
+                Some(g) => g.clone(),
+                None => format!("file={},pos={}", self.file, self.start_pos).into(),
+            })
+            .clone()
+    }
+}
+
 struct State<'a> {
     cfg: &'a MySqlSourceConfig,
     schemas: Schemas,
@@ -379,7 +391,9 @@ impl State<'_> {
                             // A group the stored state already holds was applied to the
                             // schemas already.
                             if !self.tx.as_ref().is_some_and(|t| t.skip) {
-                                self.ddl(db, sql, log_pos)?;
+                                for id in self.ddl(db, sql, log_pos)? {
+                                    self.truncate(&h, &id)?;
+                                }
                             }
                             let in_group = self.tx.as_ref().map(|t| !t.standalone);
                             if in_group == Some(true) {
@@ -503,7 +517,8 @@ impl State<'_> {
     /// Follows a statement on the schema model; a changed table gets a new schema at its
     /// next table map (an unchanged one keeps its schema).
     /// `end`: the offset after the statement's event.
-    fn ddl(&mut self, db: Option<&str>, sql: &str, end: u64) -> Result<(), SourceError> {
+    /// Returns the tables the statement truncated.
+    fn ddl(&mut self, db: Option<&str>, sql: &str, end: u64) -> Result<Vec<TableId>, SourceError> {
         let effect = match self.schemas.apply_ddl(db, sql, &self.cfg.filter) {
             Ok(effect) => effect,
             Err(e) if self.cfg.skip_unparseable_ddl => {
@@ -511,7 +526,7 @@ impl State<'_> {
                 // later row event that no longer matches them is a definite error then.
                 tracing::warn!(table = ?e.table.as_ref().map(|t| t.to_string()), statement = %e.statement, reason = %e.reason, "source.skip_unparseable_ddl: a DDL statement this source cannot follow was skipped");
                 self.metrics.ddl_skipped.inc();
-                return Ok(());
+                return Ok(Vec::new());
             }
             Err(e) => {
                 return Err(SourceError::definite(
@@ -532,12 +547,16 @@ impl State<'_> {
         if !effect.changes.is_empty() {
             self.maps.clear();
         }
+        let mut truncated = Vec::new();
         for change in effect.changes {
             let (gone, now) = match change {
                 TableChange::Created(t) | TableChange::Altered(t) => (None, Some(t)),
                 TableChange::Renamed { from, table, .. } => (Some(from), Some(table)),
                 TableChange::Dropped(id) => (Some(id), None),
-                TableChange::Truncated(_) => (None, None),
+                TableChange::Truncated(id) => {
+                    truncated.push(id);
+                    (None, None)
+                }
                 TableChange::PartitionRows { table, operation } => {
                     // The server removes (or moves) those rows without row events: the
                     // log keeps them. Debezium does the same; say so, once per statement.
@@ -558,6 +577,40 @@ impl State<'_> {
                 }
             }
         }
+        Ok(truncated)
+    }
+
+    /// A `TRUNCATE TABLE` of a captured table: a truncate record (`op = t`, as the
+    /// Postgres source writes one, and Debezium with `skipped.operations = none`), the only
+    /// change of the statement's group. The server
+    /// writes no row events for it, so without this record a view of the table would keep
+    /// the rows the table lost.
+    fn truncate(&mut self, h: &BinlogEventHeader, id: &TableId) -> Result<(), SourceError> {
+        let Some(table) = self.resolve(id)? else {
+            return Ok(());
+        };
+        if self.tx.is_none() {
+            // A binlog without GTIDs: the statement is its own group.
+            let mut tx = self.open_tx_at(h);
+            tx.standalone = true;
+            self.tx = Some(tx);
+        }
+        let tx = self.tx.as_mut().expect("opened");
+        let pos = SourcePosition::Mysql(MySqlPosition {
+            file: tx.file.to_string(),
+            pos: tx.start_pos,
+            row: 0,
+            event: 0,
+            gtid: tx.gtid.as_deref().map(str::to_string),
+            gtid_set: None,
+            server_id: tx.server_id,
+            thread: None,
+        });
+        // No `transaction` block, as Debezium's MySQL connector writes it: so no BEGIN/END
+        // records around it either.
+        let ev = ChangeEvent::truncate(table.schema.clone(), pos, tx.ts_ms);
+        tx.bytes += ev.approx_size() as u64;
+        tx.events.push(ev);
         Ok(())
     }
 
@@ -658,13 +711,7 @@ impl State<'_> {
         let gtid: Option<String> = tx.gtid.as_deref().map(str::to_string);
         let file = tx.file.to_string();
         let (server_id, start_pos, ts) = (tx.server_id, tx.start_pos, tx.ts_ms);
-        let id = tx
-            .id
-            .get_or_insert_with(|| match &tx.gtid {
-                Some(g) => g.clone(),
-                None => format!("file={},pos={}", tx.file, tx.start_pos).into(),
-            })
-            .clone();
+        let id = tx.id();
         // One rows event is one table: its counter is looked up once.
         let n = match tx.per_table.get_mut(&table.schema.id) {
             Some(n) => n,

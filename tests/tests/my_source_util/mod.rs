@@ -206,16 +206,26 @@ pub fn topic_len(log_dir: &Path, topic: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Applies c/r/u/d by key in log order per partition: key (JSON text) → `after` row.
+/// Applies c/r/u/d by key in log order per partition, and a truncate to its partition's
+/// keys: key (JSON text) → `after` row.
 pub fn rebuild(recs: &[Rec]) -> BTreeMap<String, Json> {
-    let mut m = BTreeMap::new();
+    let mut m: BTreeMap<String, (u32, Json)> = BTreeMap::new();
     for r in recs {
-        let (Some(k), Some(v)) = (&r.key, &r.value) else {
+        let Some(v) = &r.value else {
             continue;
         };
-        match v["op"].as_str().unwrap() {
+        let op = v["op"].as_str().unwrap();
+        if op == "t" {
+            // A truncate is written to every partition; each copy clears its own.
+            m.retain(|_, (p, _)| *p != r.partition);
+            continue;
+        }
+        let Some(k) = &r.key else {
+            continue;
+        };
+        match op {
             "c" | "r" | "u" => {
-                m.insert(k.to_string(), v["after"].clone());
+                m.insert(k.to_string(), (r.partition, v["after"].clone()));
             }
             "d" => {
                 m.remove(&k.to_string());
@@ -223,7 +233,7 @@ pub fn rebuild(recs: &[Rec]) -> BTreeMap<String, Json> {
             _ => {}
         }
     }
-    m
+    m.into_iter().map(|(k, (_, row))| (k, row)).collect()
 }
 
 /// `db.acct` as `{"id":…}` key text → `{id, v, pad}`.
