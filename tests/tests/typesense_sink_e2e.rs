@@ -236,7 +236,8 @@ async fn a_wrong_api_key_is_a_definite_failure_of_the_sink() {
     let mut c = connector(pg, &db, dir.path(), &["public.items"], &sink);
     c.start();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !c.output().contains("credentials") {
+    // The error names the keys to fix.
+    while !c.output().contains("api_key or api_key_file") {
         c.assert_running();
         assert!(
             Instant::now() < deadline,

@@ -3,7 +3,8 @@
 //! export by a filter). Every request carries the API key in `X-TYPESENSE-API-KEY`.
 //!
 //! Invariants: a request without an answer and the statuses 408/429/5xx are transient
-//! failures, 401/403 definite ones ([`crate::search::http`]); every other status is
+//! failures ([`crate::search::http`]), 401/403 definite ones naming the sink's API key
+//! settings; every other status is
 //! handed to the caller, who knows what it means for that call.
 
 use reqwest::{Method, Url};
@@ -77,7 +78,10 @@ impl Client {
         let resp = rb.send().await.map_err(|e| http::no_answer(what, e))?;
         let status = resp.status().as_u16();
         let body = resp.text().await.map_err(|e| http::no_answer(what, e))?;
-        if http::is_transient_status(status) || status == 401 || status == 403 {
+        if status == 401 || status == 403 {
+            return Err(refused(what, status, &body));
+        }
+        if http::is_transient_status(status) {
             return Err(http::failed(what, status, &body, ""));
         }
         Ok(Answer { status, body })
@@ -258,5 +262,41 @@ impl Client {
                 "check the Typesense version (0.23 or later)",
             )),
         }
+    }
+}
+
+/// A request Typesense refused for its API key: definite, naming the keys that set it.
+fn refused(what: &str, status: u16, body: &str) -> SinkError {
+    let fix = if status == 401 {
+        "Typesense did not accept the API key: check the sink's api_key or api_key_file (the \
+         file's content, less one trailing newline)"
+    } else {
+        "the sink's API key (api_key / api_key_file) lacks an action: give it collections:* \
+         and documents:* on the sink's collections"
+    };
+    SinkError::definite(what, format!("HTTP {status}: {}", http::short(body)), fix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_key_is_definite_and_names_the_keys() {
+        let e = refused(
+            "w",
+            401,
+            r#"{"message": "Forbidden - a valid `x-typesense-api-key` header must be sent."}"#,
+        );
+        assert!(!e.is_transient());
+        let text = e.to_string();
+        for needle in ["HTTP 401", "api_key or api_key_file", "x-typesense-api-key"] {
+            assert!(text.contains(needle), "{needle}: {text}");
+        }
+        let e = refused("w", 403, "");
+        assert!(
+            !e.is_transient() && e.to_string().contains("collections:*"),
+            "{e}"
+        );
     }
 }
