@@ -227,12 +227,12 @@ pub(super) fn refuse_if_durable(tdir: &Path, name: &str, ledger: &LedgerState) -
 /// error stands.
 const READ_ONLY_OPEN_ATTEMPTS: u32 = 5;
 
-/// Whether `e`, met by a read-only open, may come from the writer (another process)
+/// Whether `e`, met by a read-only open or refresh, may come from the writer (another process)
 /// changing the files between the open's reads rather than from damage: retention
 /// deleted or recycled a segment after the ledger or the listing was read (a file or an
 /// index gone, a segment holding another segment's batches, segments missing below the
 /// durable end), or a roll cut a file after its length was read (a short read).
-fn may_be_a_race(e: &LogError) -> bool {
+pub(super) fn may_be_a_race(e: &LogError) -> bool {
     match e {
         LogError::DurableDataLost { .. } | LogError::CorruptSegment { .. } => true,
         LogError::Io { source, .. } => matches!(

@@ -17,7 +17,7 @@
 
 use std::time::Duration;
 
-use super::open::{list_topic_dirs, open_topic, retry_read_only};
+use super::open::{list_topic_dirs, may_be_a_race, open_topic, retry_read_only};
 use super::{topics_dir, Log};
 use crate::error::Result;
 use crate::groups::GroupStore;
@@ -98,7 +98,7 @@ impl Log {
     /// Read-only logs: one partition's [`Partition::refresh_read_only`] to `mark`. The
     /// writer's retention may drop, and recycle, a segment between the ledger read and the
     /// scan of its file (the scan then fails: missing file, or another segment's batches
-    /// in it). A failed refresh changed nothing, so it is retried a few times, briefly
+    /// in it). A failed refresh changed nothing, so one that may be such a race is retried a few times, briefly
     /// apart, with the ledger as it is then (a moved log start restarts the view past the
     /// dropped segments); a failure that persists stands.
     fn refresh_partition(
@@ -113,6 +113,10 @@ impl Log {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };
+            if !may_be_a_race(&err) {
+                // Damage, a permission, the disk: trying again changes nothing.
+                return Err(err);
+            }
             attempts += 1;
             let now = LedgerState::load(&self.inner.dir)?
                 .and_then(|(s, _)| s.partitions.get(&(topic.to_string(), part.id)).copied());
