@@ -98,9 +98,9 @@ impl Log {
     /// Read-only logs: one partition's [`Partition::refresh_read_only`] to `mark`. The
     /// writer's retention may drop, and recycle, a segment between the ledger read and the
     /// scan of its file (the scan then fails: missing file, or another segment's batches
-    /// in it). A failed refresh changed nothing, so one that may be such a race is retried a few times, briefly
-    /// apart, with the ledger as it is then (a moved log start restarts the view past the
-    /// dropped segments); a failure that persists stands.
+    /// in it). A failed refresh changed nothing, so one that may be such a race is retried
+    /// a few times, briefly apart, with the ledger as it is then (a moved log start
+    /// restarts the view past the dropped segments); a failure that persists stands.
     fn refresh_partition(
         &self,
         topic: &str,
