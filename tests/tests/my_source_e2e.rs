@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cdc_harness::{MariaDbOptions, MariaDbServer};
+use cdc_harness::{MariaDbOptions, MariaDbServer, RedisServer};
 use my_source_util::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -297,15 +297,44 @@ async fn added_column_appears_in_later_records() {
 }
 
 /// `TRUNCATE TABLE` writes no row events: the source writes a truncate record for it
-/// (`op = t`, in its own transaction), so that what is rebuilt from the log (a view) loses
-/// the rows the table lost.
+/// (`op = t`, outside any transaction), so that what is rebuilt from the log, and a Redis
+/// view kept by a sink, lose the rows the table lost.
 #[tokio::test(flavor = "multi_thread")]
 async fn truncate_is_written_as_a_truncate_record() {
     let my = MariaDbServer::shared();
     let db = setup_acct(my, 5).await;
-    let (_dir, mut c) = temp_connector(my, &db, "");
+    // A Redis view of the table, kept by a sink of the same `cdc run`.
+    let redis = RedisServer::start().unwrap();
+    let view_keys = || {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &redis.port().to_string(), "KEYS", "v:acct:*"])
+            .output()
+            .expect("redis-cli (installed with redis-server)");
+        let mut keys: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .filter(|l| !l.is_empty())
+            .collect();
+        keys.sort();
+        keys
+    };
+    let sink = format!(
+        "[[sink]]\nname = \"view\"\ntype = \"redis\"\nurl = \"{}\"\nprefix = \"v\"\n",
+        redis.url()
+    );
+    let (_dir, mut c) = temp_connector(my, &db, &sink);
     c.start();
     c.converge(my, &db, T).await;
+    let deadline = std::time::Instant::now() + T;
+    while view_keys().len() != 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}\n{}",
+            view_keys(),
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     my.execute(&format!(
         "TRUNCATE TABLE {db}.acct;
          INSERT INTO {db}.acct (id, v, pad) VALUES (900, 1, 'p');"
@@ -348,6 +377,17 @@ async fn truncate_is_written_as_a_truncate_record() {
     let rebuilt = rebuild(&recs);
     assert_eq!(rebuilt.len(), 1, "{rebuilt:?}");
     assert_eq!(rebuilt, table_rows(my, &db).await);
+    // The view lost the truncated rows too.
+    let deadline = std::time::Instant::now() + T;
+    while view_keys() != ["v:acct:900"] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}\n{}",
+            view_keys(),
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
 
