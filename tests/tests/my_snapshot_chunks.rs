@@ -20,20 +20,9 @@ const T: Duration = Duration::from_secs(120);
 
 /// The `key=value` field of the connector's "snapshot started" lines, one per snapshot.
 fn started_field(c: &Connector, key: &str) -> Vec<u64> {
+    // Plain text: the log file gets no terminal colours.
     let log = std::fs::read_to_string(c.dir.join("connector.log")).unwrap_or_default();
-    // Without the terminal colours of the field names.
-    let mut plain = String::with_capacity(log.len());
-    let mut in_escape = false;
-    for ch in log.chars() {
-        match ch {
-            '\x1b' => in_escape = true,
-            'm' if in_escape => in_escape = false,
-            _ if in_escape => {}
-            _ => plain.push(ch),
-        }
-    }
-    plain
-        .lines()
+    log.lines()
         .filter(|l| l.contains("snapshot started"))
         .filter_map(|l| {
             let at = l.find(&format!(" {key}="))? + key.len() + 2;

@@ -388,6 +388,8 @@ async fn truncate_is_written_as_a_truncate_record() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The log goes to a file here: plain text, without terminal colours.
+    assert!(!c.output().contains('\u{1b}'), "{}", c.output());
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
 
