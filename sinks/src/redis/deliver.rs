@@ -132,7 +132,7 @@ fn unexpected(what: &str, got: String) -> SinkError {
 
 impl RedisSink {
     /// Applies `changes[from..upto]` (what the plan allows of the batch after the chunk in
-    /// flight, if any), keeping `cuts`, and reads the outcome of the chunk in flight.
+    /// flight, if any), keeping `cuts` (ascending, the last is `upto`), and reads the outcome of the chunk in flight.
     ///
     /// Pipelined: each chunk's reads are sent behind the EXEC of the chunk before, and
     /// the last chunk's EXEC is left in flight when the call returns, so that Redis
@@ -158,7 +158,7 @@ impl RedisSink {
             self.sweeps_checked = true;
         }
         let mut done = Done::default();
-        for chunk in chunks(changes, from, &cuts[..cuts.partition_point(|&c| c <= upto)]) {
+        for chunk in chunks(changes, from, cuts) {
             let mut plan = ChunkPlan::new(&self.cfg, changes, &chunk.idx);
             if plan.truncated_suffixes().next().is_some() {
                 self.settle(&mut conn, &mut done).await?;
