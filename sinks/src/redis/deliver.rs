@@ -132,7 +132,8 @@ fn unexpected(what: &str, got: String) -> SinkError {
 
 impl RedisSink {
     /// Applies `changes[from..upto]` (what the plan allows of the batch after the chunk in
-    /// flight, if any), keeping `cuts` (ascending, the last is `upto`), and reads the outcome of the chunk in flight.
+    /// flight, if any), keeping `cuts` (ascending, the last is `upto`), and reads the
+    /// outcome of the chunk in flight.
     ///
     /// Pipelined: each chunk's reads are sent behind the EXEC of the chunk before, and
     /// the last chunk's EXEC is left in flight when the call returns, so that Redis
