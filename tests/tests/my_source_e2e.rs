@@ -296,6 +296,20 @@ async fn added_column_appears_in_later_records() {
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
 
+/// Waits (up to `T`) until `keys()` (a view's keys, sorted) is `want`.
+async fn view_becomes(keys: &impl Fn() -> Vec<String>, want: &[String], c: &Connector) {
+    let deadline = std::time::Instant::now() + T;
+    while keys() != want {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}\n{}",
+            keys(),
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// `TRUNCATE TABLE` writes no row events: the source writes a truncate record for it
 /// (`op = t`, outside any transaction), so that what is rebuilt from the log, and a Redis
 /// view kept by a sink, lose the rows the table lost.
@@ -325,16 +339,8 @@ async fn truncate_is_written_as_a_truncate_record() {
     let (_dir, mut c) = temp_connector(my, &db, &sink);
     c.start();
     c.converge(my, &db, T).await;
-    let deadline = std::time::Instant::now() + T;
-    while view_keys().len() != 5 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}\n{}",
-            view_keys(),
-            c.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let five: Vec<String> = (1..=5).map(|i| format!("v:acct:{i}")).collect();
+    view_becomes(&view_keys, &five, &c).await;
     my.execute(&format!(
         "TRUNCATE TABLE {db}.acct;
          INSERT INTO {db}.acct (id, v, pad) VALUES (900, 1, 'p');"
@@ -378,16 +384,7 @@ async fn truncate_is_written_as_a_truncate_record() {
     assert_eq!(rebuilt.len(), 1, "{rebuilt:?}");
     assert_eq!(rebuilt, table_rows(my, &db).await);
     // The view lost the truncated rows too.
-    let deadline = std::time::Instant::now() + T;
-    while view_keys() != ["v:acct:900"] {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}\n{}",
-            view_keys(),
-            c.output()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    view_becomes(&view_keys, &["v:acct:900".to_string()], &c).await;
     // The log goes to a file here: plain text, without terminal colours.
     assert!(!c.output().contains('\u{1b}'), "{}", c.output());
     assert_eq!(c.stop(), Some(0), "{}", c.output());
