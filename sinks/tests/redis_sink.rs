@@ -335,6 +335,19 @@ async fn truncates(url: &str) {
     .await;
     assert_eq!(keys(&mut c, "tr:t:*").await, vec!["tr:t:7".to_string()]);
     assert_eq!(keys(&mut c, "tr:other:*").await, Vec::<String>::new());
+    // A truncate that comes while rows before it are in flight: they take effect, then
+    // the truncate clears them with the rest.
+    let before: Vec<Change> = (0..10)
+        .map(|i| up("t", 2505 + i as u64, 100 + i, json!({"id": 100 + i})))
+        .collect();
+    let d = s.deliver(&before).await.unwrap();
+    assert_eq!((d.upto, d.in_flight), (0, before.len()), "left in flight");
+    let mut next = before.clone();
+    next.push(truncate("t", 2515));
+    next.push(up("t", 2516, 8, json!({"id": 8})));
+    deliver_all(&mut s, &next).await;
+    assert_eq!(keys(&mut c, "tr:t:*").await, vec!["tr:t:8".to_string()]);
+    assert_eq!(smembers(&mut c, "tr:__cdc:k:public.t").await, ["tr:t:8"]);
 }
 
 async fn refuses_a_key_of_another_type(url: &str) {
@@ -359,6 +372,20 @@ async fn refuses_a_key_of_another_type(url: &str) {
         panic!()
     };
     assert_eq!(n, 1, "the list is untouched");
+    // A refusal in a chunk left in flight is reported by the call that reads its EXEC, at
+    // the change's index in that call's batch (after a delivered prefix).
+    let a = up("t", 3, 1, json!({"id": 1, "n": 2}));
+    let b = up("t", 4, 2, json!({"id": 2, "n": 2}));
+    let d = s.deliver(std::slice::from_ref(&a)).await.unwrap();
+    assert_eq!((d.upto, d.in_flight), (0, 1));
+    let d = s.deliver(&[a, b.clone()]).await.unwrap();
+    assert_eq!((d.upto, d.in_flight, d.rejected.len()), (1, 1, 0));
+    let d = s.deliver(&[b]).await.unwrap();
+    assert_eq!((d.upto, d.in_flight), (1, 0));
+    assert_eq!(d.rejected.len(), 1, "{:?}", d.rejected);
+    assert_eq!(d.rejected[0].0, 0);
+    assert!(d.rejected[0].1.contains("WRONGTYPE"), "{}", d.rejected[0].1);
+    assert_eq!(get(&mut c, "w:t:1").await, Some(json!({"id": 1, "n": 2})));
     // The same for a hash sink finding a string.
     let mut sh = sink(url, "wh", "prefix = \"wh\"\nvalue = \"hash\"").await;
     cmd(&mut c, &["SET", "wh:t:1", "plain"]).await;
