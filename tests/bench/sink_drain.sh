@@ -4,7 +4,9 @@
 # beside the target's own bulk tool applying the same effects:
 #
 #   redis:     `redis-cli --pipe` of the equivalent commands (SET <key> <after-image JSON>
-#              for creates and updates, DEL <key> for deletes), the limit;
+#              for creates and updates, DEL <key> for deletes), the limit; and (unless
+#              SAME_COMMANDS=0) `redis-cli --pipe` of the very commands the sink sent, as
+#              MONITOR recorded them in one more drain (tests/bench/monitor_to_resp.py);
 #   typesense: Typesense's own JSONL import (action=upsert) of the same documents, plus
 #              its delete-by-ids for the deletes.
 #
@@ -133,6 +135,29 @@ prefix = \"bench\""
     echo "redis cpu for the sink's drain: $(python3 -c "import sys; print(f'{float(sys.argv[2])-float(sys.argv[1]):.2f} s')" "$c0" "$c1")"
     # The sink also keeps its offsets hash and the table's rows set: two keys more than the limit's.
     echo "keys: limit $keys_limit, sink $(redis-cli -p "$port" dbsize)"
+    # The second limit, the one issue 14 names: `redis-cli --pipe` of the sink's own
+    # commands (its reads under WATCH, MULTI/EXEC, MSET, the rows set, the offsets), as
+    # MONITOR saw them during one more drain (not timed: MONITOR slows Redis down).
+    # SAME_COMMANDS=0 skips it.
+    if [ "${SAME_COMMANDS:-1}" = 1 ]; then
+      redis-cli -p "$port" flushall >/dev/null
+      rm -rf "$work/log"; cp -a "$src_log" "$work/log"
+      redis-cli -p "$port" config set client-output-buffer-limit "normal 0 0 0" >/dev/null
+      redis-cli -p "$port" monitor >"$work/monitor.txt" &
+      mon=$!
+      time_sink cdc_sink_redis_under_monitor >/dev/null
+      sleep 1; kill "$mon"; wait "$mon" 2>/dev/null || true
+      python3 "$repo/tests/bench/monitor_to_resp.py" <"$work/monitor.txt" >"$work/same.resp"
+      rm -f "$work/monitor.txt"
+      redis-cli -p "$port" flushall >/dev/null
+      c0=$(rcpu)
+      start=$(date +%s.%N)
+      redis-cli -p "$port" --pipe <"$work/same.resp" >"$work/pipe-same.out"
+      end=$(date +%s.%N)
+      c1=$(rcpu)
+      python3 -c "import sys; w=float(sys.argv[2])-float(sys.argv[1]); print(f'limit_redis_cli_pipe_same_commands\t{w:.2f} s\t$records\t{int($records/w)}/s\tredis cpu {float(sys.argv[4])-float(sys.argv[3]):.2f} s')" "$start" "$end" "$c0" "$c1"
+      echo "keys after the same commands: $(redis-cli -p "$port" dbsize)"
+    fi
     ;;
   typesense)
     tbin=${TYPESENSE_BIN:-$("$repo/tests/fetch-typesense.sh")}
