@@ -27,7 +27,7 @@ mod log;
 mod registry;
 
 pub use format::{FormatConfig, RouteConfig};
-pub use log::LogConfig;
+pub use log::{LogConfig, LogKind};
 pub use registry::{redact_userinfo, RegistryConfig};
 
 /// The whole configuration.
@@ -275,6 +275,12 @@ impl Config {
             return Err(("log.dir".into(), "must not be empty".into()));
         }
         self.log.topic_config()?;
+        if self.log.kind == LogKind::Kafka && !self.sinks.is_empty() {
+            return Err((
+                "sink".into(),
+                "sinks read the embedded log, and [log] type = \"kafka\" writes nothing there: reading Kafka is not built into the sinks yet. Run the sinks with a connector writing the embedded log, or consume the Kafka topics with a Kafka consumer".into(),
+            ));
+        }
         self.snapshot.validate()?;
         self.validate_pipeline()?;
         self.registry.validate()?;

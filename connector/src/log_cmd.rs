@@ -147,9 +147,11 @@ pub fn run(target: LogTarget, cmd: LogCommand) -> ExitCode {
 fn log_dir(target: &LogTarget) -> Result<(PathBuf, Option<crate::config::LogConfig>), Failure> {
     match (&target.data_dir, &target.config) {
         (Some(d), _) => Ok((d.clone(), None)),
-        (None, Some(c)) => crate::config::Config::load(c)
-            .map(|c| (c.log.dir.clone(), Some(c.log)))
-            .map_err(|e| usage(e.to_string())),
+        (None, Some(c)) => {
+            let c = crate::config::Config::load(c).map_err(|e| usage(e.to_string()))?;
+            c.log.embedded_only("cdc log").map_err(usage)?;
+            Ok((c.log.dir.clone(), Some(c.log)))
+        }
         (None, None) => Err(usage(
             "say where the log is: --data-dir DIR or --config FILE (uses [log] dir)",
         )),

@@ -36,7 +36,7 @@ pub use auth_proxy::{BasicAuthProxy, ProxiedRequest};
 #[cfg(feature = "e2e")]
 pub use http::http;
 pub use mariadb::{MariaDbOptions, MariaDbServer};
-pub use noida::{noida_bin, NoidaElasticsearch};
+pub use noida::{noida_bin, NoidaElasticsearch, NoidaKafka};
 pub use pg::{
     resolve_bin_dir as resolve_pg_bin_dir, supports_ssl as pg_supports_ssl, PgOptions, PgServer,
 };

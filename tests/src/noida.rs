@@ -5,6 +5,11 @@
 //! the Elasticsearch sink's tests run against this, and its request bodies are checked
 //! against Elasticsearch's documented `_bulk` format in the sink's unit tests.
 //!
+//! [`NoidaKafka`] serves its Kafka API instead (transactions with `read_committed`,
+//! CreateTopics with configs, consumer groups): the broker the Kafka-as-the-log tests run
+//! against (tansu, the other broker obtainable here, hands aborted records to
+//! `read_committed` consumers).
+//!
 //! The binary is `$CDC_TEST_NOIDA_BIN`, else the fetch script's cache, else the script is
 //! run once per process; when that fails, [`noida_bin`] says why and the tests skip.
 
@@ -101,6 +106,77 @@ impl NoidaElasticsearch {
 }
 
 impl Drop for NoidaElasticsearch {
+    fn drop(&mut self) {
+        let _ = self.inst.shutdown();
+    }
+}
+
+/// A running emulator with its Kafka API. Dropping it stops it and deletes its directory.
+pub struct NoidaKafka {
+    inst: Arc<Instance>,
+    port: u16,
+}
+
+impl NoidaKafka {
+    /// Starts a fresh broker on a free port.
+    pub fn start() -> Result<NoidaKafka> {
+        for _ in 0..PORT_ATTEMPTS {
+            if let Some(k) = Self::start_on(process::free_port()?)? {
+                return Ok(k);
+            }
+        }
+        bail!("noida-db: port clash {PORT_ATTEMPTS} times in a row")
+    }
+
+    /// Starts a fresh broker on `port`; `None` if the port was taken meanwhile.
+    pub fn start_on(port: u16) -> Result<Option<NoidaKafka>> {
+        let bin = noida_bin()?;
+        let inst = Instance::create("noida", None, libc::SIGINT)?;
+        let dir = inst.dir().to_path_buf();
+        let log_path = dir.join("noida.log");
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)?;
+        let mut cmd = Command::new(&bin);
+        cmd.current_dir(&dir)
+            .arg("start")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--host", "127.0.0.1"])
+            .args(["--only", "kafka"])
+            .args(["--kafka-port", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        inst.set_child(process::spawn(cmd)?);
+        if process::wait_ready(&inst, "noida-db", &log_path, START_TIMEOUT, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })? {
+            return Ok(Some(NoidaKafka { inst, port }));
+        }
+        let _ = inst.shutdown();
+        Ok(None)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+    /// `127.0.0.1:port`, for `bootstrap.servers`.
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+    pub fn log_path(&self) -> PathBuf {
+        self.inst.dir().join("noida.log")
+    }
+
+    /// Stops the broker and deletes its directory, reporting errors.
+    pub fn stop(self) -> Result<()> {
+        self.inst.shutdown()
+    }
+}
+
+impl Drop for NoidaKafka {
     fn drop(&mut self) {
         let _ = self.inst.shutdown();
     }

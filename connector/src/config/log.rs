@@ -1,6 +1,8 @@
 //! `[log]`: the embedded log's directory, its topics' settings (partitions, segments,
 //! retention, compaction, codec) and its maintenance, mapped to `cdc_log`'s
-//! `TopicConfig` and `LogOptions`. Invariant: `topic_config()` succeeding is what makes
+//! `TopicConfig` and `LogOptions`; or, with `type = "kafka"`, the cluster to write to
+//! ([`LogConfig::kafka_settings`]: brokers, transactions, librdkafka properties from
+//! `[log.kafka]`), whose topics are created with the same topic settings. Invariant: `topic_config()` succeeding is what makes
 //! the section valid; it names the key of the first bad value.
 
 use std::path::PathBuf;
@@ -11,8 +13,37 @@ use serde::Deserialize;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
+    /// "embedded" (default) or "kafka".
+    #[serde(default, rename = "type")]
+    pub kind: LogKind,
+    /// The embedded log's directory; with Kafka it still holds the embedded schema
+    /// registry and the MySQL schema history.
     #[serde(default = "default_log_dir")]
     pub dir: PathBuf,
+    /// Kafka: `bootstrap.servers`, e.g. "broker1:9092,broker2:9092".
+    #[serde(default)]
+    pub brokers: Option<String>,
+    /// Kafka: each durable group of source transactions is one Kafka transaction with
+    /// its source position (exactly once). `false`: the idempotent producer, at least
+    /// once (for brokers without transactions).
+    #[serde(default = "default_true")]
+    pub transactions: bool,
+    /// Kafka: the producer's `transactional.id`; default `cdc-<name>`.
+    #[serde(default)]
+    pub transactional_id: Option<String>,
+    /// Kafka: replication factor of the topics the connector creates; -1 (default) = the
+    /// broker's `default.replication.factor`.
+    #[serde(default = "default_replication_factor")]
+    pub replication_factor: i32,
+    /// Kafka: bound on one request to the cluster (metadata, topic creation, a
+    /// transaction's commit) before it counts as failed and is retried.
+    #[serde(default = "default_kafka_timeout_ms")]
+    pub kafka_timeout_ms: u64,
+    /// `[log.kafka]`: librdkafka properties (security.protocol, sasl.mechanism,
+    /// sasl.username, sasl.password, ssl.ca.location, linger.ms, …), passed as given;
+    /// those exactly-once depends on are not overridable.
+    #[serde(default)]
+    pub kafka: std::collections::BTreeMap<String, String>,
     /// Partitions of each table's topic.
     #[serde(default = "default_partitions")]
     pub partitions: u32,
@@ -51,6 +82,25 @@ pub struct LogConfig {
     /// size), compaction (Kafka's `log.retention.check.interval.ms`).
     #[serde(default = "default_maintenance_interval_ms")]
     pub maintenance_interval_ms: u64,
+}
+
+/// `[log] type`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogKind {
+    #[default]
+    Embedded,
+    Kafka,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_replication_factor() -> i32 {
+    -1
+}
+fn default_kafka_timeout_ms() -> u64 {
+    30_000
 }
 
 fn default_maintenance_interval_ms() -> u64 {
@@ -153,6 +203,7 @@ impl LogConfig {
                 format!("{}: must be >= 0", self.delete_retention_ms),
             ));
         }
+        self.check_kafka()?;
         Ok(cdc_log::TopicConfig {
             partitions: self.partitions,
             segment_bytes: self.segment_bytes,
@@ -163,6 +214,101 @@ impl LogConfig {
             compression,
             segment_ms: never("segment_ms", self.segment_ms)?,
         })
+    }
+
+    /// For the commands that read the embedded log (`cdc log`, `cdc verify --log`): an
+    /// error naming `what` when this config writes to Kafka instead.
+    pub fn embedded_only(&self, what: &str) -> Result<(), String> {
+        match self.kind {
+            LogKind::Embedded => Ok(()),
+            LogKind::Kafka => Err(format!(
+                "{what} reads the embedded log, and this configuration writes to Kafka ([log] type = \"kafka\"): read its topics with a Kafka client (kcat, kafka-console-consumer); {what} on Kafka is not built yet"
+            )),
+        }
+    }
+
+    /// Settings of one kind used with the other are a mistake worth naming.
+    fn check_kafka(&self) -> Result<(), (String, String)> {
+        match self.kind {
+            LogKind::Kafka => {
+                match self.brokers.as_deref().map(str::trim) {
+                    None | Some("") => {
+                        return Err((
+                            "log.brokers".into(),
+                            "is required with type = \"kafka\": the bootstrap servers, e.g. \"broker1:9092,broker2:9092\"".into(),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                if self.disk_budget_bytes.is_some() {
+                    return Err((
+                        "log.disk_budget_bytes".into(),
+                        "bounds the embedded log's disk; with type = \"kafka\" the cluster's retention does: remove it".into(),
+                    ));
+                }
+                if self.replication_factor == 0 || self.replication_factor < -1 {
+                    return Err((
+                        "log.replication_factor".into(),
+                        format!(
+                            "{}: use 1 or more, or -1 for the broker's default",
+                            self.replication_factor
+                        ),
+                    ));
+                }
+                if self.kafka_timeout_ms < 1000 {
+                    return Err((
+                        "log.kafka_timeout_ms".into(),
+                        format!(
+                            "{}: use at least 1000 (ms); default 30000",
+                            self.kafka_timeout_ms
+                        ),
+                    ));
+                }
+                for k in self.kafka.keys() {
+                    if cdc_kafka::KafkaSettings::PINNED.contains(&k.as_str()) {
+                        return Err((
+                            format!("log.kafka.\"{k}\""),
+                            "is set by the connector (exactly once depends on it): remove it; brokers go in log.brokers, the transactional id in log.transactional_id, transactions on or off in log.transactions".into(),
+                        ));
+                    }
+                }
+            }
+            LogKind::Embedded => {
+                for (key, set) in [
+                    ("log.brokers", self.brokers.is_some()),
+                    ("log.transactional_id", self.transactional_id.is_some()),
+                    ("log.kafka", !self.kafka.is_empty()),
+                ] {
+                    if set {
+                        return Err((
+                            key.into(),
+                            "is a Kafka setting: add type = \"kafka\" to [log] to write to Kafka, or remove it".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The Kafka producer's settings for connector `name` (`type = "kafka"`, valid after
+    /// [`LogConfig::topic_config`]).
+    pub fn kafka_settings(&self, name: &str) -> cdc_kafka::KafkaSettings {
+        let mut properties = self.kafka.clone();
+        properties
+            .entry("compression.type".into())
+            .or_insert_with(|| self.compression.clone());
+        cdc_kafka::KafkaSettings {
+            brokers: self.brokers.clone().unwrap_or_default(),
+            transactions: self.transactions,
+            transactional_id: self
+                .transactional_id
+                .clone()
+                .unwrap_or_else(|| format!("cdc-{name}")),
+            replication_factor: self.replication_factor,
+            properties,
+            timeout: std::time::Duration::from_millis(self.kafka_timeout_ms),
+        }
     }
 
     /// The log's open options (disk budget, cleaner, maintenance). The flush policy is
@@ -193,7 +339,14 @@ fn default_partitions() -> u32 {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
+            kind: LogKind::Embedded,
             dir: default_log_dir(),
+            brokers: None,
+            transactions: true,
+            transactional_id: None,
+            replication_factor: default_replication_factor(),
+            kafka_timeout_ms: default_kafka_timeout_ms(),
+            kafka: Default::default(),
             partitions: default_partitions(),
             segment_bytes: default_segment_bytes(),
             segment_ms: default_segment_ms(),

@@ -28,11 +28,12 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use cdc_log::{HeaderRef, LogError, NewRecord, SealedBatch, Topic};
+use cdc_log::{HeaderRef, LogError, NewRecord, SealedBatch};
 use cdc_schemas::encode::{Encoder, RecordBuf, RecordKind, HEADER_TRUNCATE_PARTITIONS};
 use cdc_schemas::{Op, TableId, TableSchema};
 
 use super::hidden::HiddenValues;
+use super::out::OutTopic;
 use super::queue::Queued;
 use super::{PipelineError, APPEND_CHUNK_BYTES};
 
@@ -44,7 +45,7 @@ pub(super) const JOB_BYTES: u64 = 1 << 20;
 pub(super) struct TableState {
     pub schema: Arc<TableSchema>,
     pub encoder: Encoder,
-    pub topic: Topic,
+    pub topic: OutTopic,
 }
 
 /// Every prepared (registered) encoder, as of one moment. Shared by the jobs prepared
@@ -52,7 +53,7 @@ pub(super) struct TableState {
 #[derive(Clone, Default)]
 pub(super) struct Encoders {
     pub tables: HashMap<TableId, Arc<TableState>>,
-    pub messages: Option<Arc<(Encoder, Topic)>>,
+    pub messages: Option<Arc<(Encoder, OutTopic)>>,
 }
 
 /// Events `range` of a batch, each table in it with one schema version, and the encoders
@@ -63,13 +64,25 @@ pub(super) struct Segment {
 }
 
 /// Records of one topic, in order, sealed into one batch per partition that gets any
-/// (in partition order; each batch in the records' order).
+/// (in partition order; each batch in the records' order) for the embedded log, or left
+/// unsealed for Kafka.
 pub(super) struct Piece {
-    pub topic: Topic,
+    pub topic: OutTopic,
     pub batches: Vec<(u32, SealedBatch)>,
+    /// For Kafka: the encoded records and where each goes (librdkafka seals them).
+    pub unsealed: Option<Unsealed>,
     pub records: u64,
     /// Encoded bytes before compression (what group commit counts).
     pub bytes: u64,
+}
+
+/// A piece's records for Kafka, in the order they are produced: `order` is (partition,
+/// record index in `buf`), each partition's records in source order; a truncate is in it
+/// once per partition (as for the embedded log).
+pub(super) struct Unsealed {
+    pub buf: RecordBuf,
+    pub order: Vec<(u32, u32)>,
+    pub ts: i64,
 }
 
 /// Part of one segment of a batch to encode.
@@ -106,7 +119,7 @@ impl BufPool {
         self.pools().records.pop().unwrap_or_default()
     }
 
-    fn give(&self, mut buf: RecordBuf) {
+    pub(super) fn give(&self, mut buf: RecordBuf) {
         buf.clear();
         if buf.bytes.capacity() > 4 * APPEND_CHUNK_BYTES {
             // One huge record grew it: give the memory back.
@@ -134,6 +147,14 @@ impl BufPool {
                 b.shrink_to(APPEND_CHUNK_BYTES);
             }
             pools.batches.push(b);
+        }
+    }
+
+    /// Takes back the buffers of an appended (or abandoned) piece.
+    pub fn give_piece(&self, p: Piece) {
+        self.give_batches(p.batches);
+        if let Some(u) = p.unsealed {
+            self.give(u.buf);
         }
     }
 
@@ -165,7 +186,7 @@ impl Job {
             Ok(()) => Ok(pieces),
             Err(e) => {
                 for p in pieces {
-                    pool.give_batches(p.batches);
+                    pool.give_piece(p);
                 }
                 Err(e)
             }
@@ -178,7 +199,7 @@ impl Job {
         // The table state of the previous event, by its schema's Arc: no lookup per event.
         let mut cached: Option<(&Arc<TableSchema>, &TableState)> = None;
         // The piece being encoded: its topic and records.
-        let mut open: Option<(&Topic, RecordBuf)> = None;
+        let mut open: Option<(&OutTopic, RecordBuf)> = None;
         for ev in &self.batch.batch.events[seg.range.clone()] {
             let (enc, topic) = if ev.op == Op::Message {
                 let m = seg.encoders.messages.as_ref().expect("prepared");
@@ -223,20 +244,25 @@ impl Job {
 /// Seals the records of `buf` (all for `topic`, timestamp `ts`) into a [`Piece`] and
 /// gives the encode buffer back.
 fn seal_piece(
-    topic: &Topic,
+    topic: &OutTopic,
     buf: RecordBuf,
     ts: i64,
     pool: &BufPool,
     hidden: &HiddenValues,
 ) -> Result<Piece, PipelineError> {
     hidden.report(&buf);
+    let topic = match topic {
+        OutTopic::Log(t) => t,
+        OutTopic::Kafka(_) => return Ok(unsealed_piece(topic, buf, ts)),
+    };
     let mut scratch = pool.take_scratch();
     let mut batches = Vec::new();
     let r = seal_records(topic, &buf, ts, pool, &mut scratch, &mut batches);
     pool.give_scratch(scratch);
     let piece = Piece {
-        topic: topic.clone(),
+        topic: OutTopic::Log(topic.clone()),
         batches,
+        unsealed: None,
         records: buf.len() as u64,
         bytes: buf.bytes.len() as u64,
     };
@@ -250,8 +276,30 @@ fn seal_piece(
     }
 }
 
+/// A piece for Kafka: `buf`'s records with their partitions, placed as
+/// [`seal_records`] places them, in source order.
+fn unsealed_piece(topic: &OutTopic, buf: RecordBuf, ts: i64) -> Piece {
+    let parts = topic.partitions();
+    let mut order: Vec<(u32, u32)> = Vec::with_capacity(buf.len());
+    for i in 0..buf.len() {
+        if parts > 1 && buf.spans[i].kind == RecordKind::Change(Op::Truncate) {
+            order.extend((0..parts).map(|p| (p, i as u32)));
+        } else {
+            order.push((topic.partition_for(buf.key(i)), i as u32));
+        }
+    }
+    // In source order: each partition's records are then in their order too.
+    Piece {
+        topic: topic.clone(),
+        batches: Vec::new(),
+        records: buf.len() as u64,
+        bytes: buf.bytes.len() as u64,
+        unsealed: Some(Unsealed { buf, order, ts }),
+    }
+}
+
 /// The headers of record `i` of `buf`, pushed onto `out` (any number of them).
-fn push_headers<'a>(buf: &'a RecordBuf, i: usize, out: &mut Vec<HeaderRef<'a>>) {
+pub(super) fn push_headers<'a>(buf: &'a RecordBuf, i: usize, out: &mut Vec<HeaderRef<'a>>) {
     out.extend(buf.headers(i).map(|(key, value)| HeaderRef {
         key,
         value: Some(value),
@@ -261,7 +309,7 @@ fn push_headers<'a>(buf: &'a RecordBuf, i: usize, out: &mut Vec<HeaderRef<'a>>) 
 /// One sealed batch per partition of `topic` that gets records of `buf`, each partition's
 /// records in their order in `buf`.
 fn seal_records(
-    topic: &Topic,
+    topic: &cdc_log::Topic,
     buf: &RecordBuf,
     ts: i64,
     pool: &BufPool,
@@ -415,7 +463,14 @@ mod tests {
                 .collect();
             let buf = record_buf(&recs);
             let pool = BufPool::default();
-            let piece = seal_piece(&topic, buf, 1234, &pool, &HiddenValues::default()).unwrap();
+            let piece = seal_piece(
+                &OutTopic::Log(topic.clone()),
+                buf,
+                1234,
+                &pool,
+                &HiddenValues::default(),
+            )
+            .unwrap();
             assert_eq!(piece.records, 200);
             let got: Vec<u32> = piece.batches.iter().map(|b| b.0).collect();
             let mut sorted = got.clone();
@@ -485,7 +540,7 @@ mod tests {
         buf.spans[30].key = None;
         buf.spans[30].kind = RecordKind::Change(Op::Truncate);
         let piece = seal_piece(
-            &topic,
+            &OutTopic::Log(topic.clone()),
             buf,
             1,
             &BufPool::default(),

@@ -87,6 +87,7 @@
 pub mod diskwait;
 mod encode;
 pub mod hidden;
+pub mod out;
 pub mod progress;
 pub mod queue;
 mod reconcile;
@@ -103,7 +104,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdc_log::{Log, SealedBatch, Topic, TopicConfig};
+use cdc_log::{SealedBatch, TopicConfig};
 use cdc_schemas::compat::CompatibilityLevel;
 use cdc_schemas::encode::{Encoder, EncoderConfig, SchemaIds, TopicRouter};
 use cdc_schemas::registry::{RegistryError, Schema, SchemaRegistry};
@@ -112,6 +113,7 @@ use cdc_sources::keys::{MessageKeyColumns, Rekeyer, UnknownKeyColumn};
 use cdc_sources::{DurablePublisher, SnapshotMark};
 
 use encode::{BufPool, Encoders, Job, Piece, Segment, TableState};
+use out::{KafkaTopic, Out, OutTopic};
 use queue::{BatchReceiver, Queued, TryRecvError};
 
 /// Encoded bytes per log append: a source batch is appended in pieces of about this size,
@@ -169,6 +171,8 @@ pub enum PipelineError {
     EncodeTask(String),
     #[error("the embedded log: {0}")]
     Log(#[from] cdc_log::LogError),
+    #[error("{0}")]
+    Kafka(#[from] cdc_kafka::KafkaLogError),
     #[error("the log's flush task failed ({0}): nothing past the last durable checkpoint was acknowledged; the next start recovers the log from its ledger. Report this as a bug")]
     FlushTask(String),
     /// Told to stop (shutdown, or the source ended) while waiting for disk;
@@ -182,6 +186,7 @@ impl PipelineError {
         match self {
             PipelineError::Registry(e) => e.is_transient(),
             PipelineError::Log(e) => e.is_transient(),
+            PipelineError::Kafka(e) => e.is_transient(),
             _ => false,
         }
     }
@@ -231,12 +236,12 @@ struct BatchEnd {
 const INLINE_EVENTS: usize = 64;
 
 pub struct Pipeline {
-    log: Log,
+    out: Out,
     registry: Arc<dyn SchemaRegistry>,
     cfg: PipelineConfig,
     /// Every registered encoder; copy-on-write, shared with the jobs in flight.
     encoders: Arc<Encoders>,
-    topics: HashMap<String, Topic>,
+    topics: HashMap<String, OutTopic>,
     durable: DurablePublisher,
     pending: Option<(Checkpoint, Instant)>,
     bytes_since_flush: u64,
@@ -273,7 +278,7 @@ impl InFlight {
 
 impl Pipeline {
     pub fn new(
-        log: Log,
+        out: impl Into<Out>,
         registry: Arc<dyn SchemaRegistry>,
         cfg: PipelineConfig,
         durable: DurablePublisher,
@@ -284,7 +289,7 @@ impl Pipeline {
             .transaction_metadata
             .then(|| txmeta::TxMeta::new(cfg.encoder.format));
         Pipeline {
-            log,
+            out: out.into(),
             registry,
             cfg,
             encoders: Arc::new(Encoders::default()),
@@ -329,6 +334,11 @@ impl Pipeline {
         let r2 = if self.partial {
             if self.pending.is_some() {
                 tracing::warn!("part of a transaction is appended: not flushing; the unacknowledged transactions are read again on restart");
+            }
+            if let Out::Kafka(k) = &self.out {
+                let k = k.clone();
+                // What the open Kafka transaction holds is resent from the position.
+                tokio::task::block_in_place(|| k.abort());
             }
             Ok(())
         } else {
@@ -395,7 +405,7 @@ impl Pipeline {
         loop {
             match self.try_flush_pending().await {
                 Err(PipelineError::Log(e)) if diskwait::is_disk_wait(&e) => {
-                    self.disk.pause(&self.log, &e, self.partial).await?;
+                    self.disk.pause(self.out.log(), &e, self.partial).await?;
                 }
                 r => return r,
             }
@@ -407,13 +417,13 @@ impl Pipeline {
         let Some((pos, since)) = self.pending.take() else {
             return Ok(());
         };
-        let log = self.log.clone();
+        let out = self.out.clone();
         let cp = pos.to_bytes();
-        match tokio::task::spawn_blocking(move || log.flush(Some(&cp))).await {
-            Ok(Ok(_)) => {}
+        match tokio::task::spawn_blocking(move || out.flush(&cp)).await {
+            Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 self.pending = Some((pos, since));
-                return Err(e.into());
+                return Err(e);
             }
             // The flush may or may not have reached the disk: nothing is published, and
             // the supervisor stops rather than guess (a restart recovers from the ledger).
@@ -586,7 +596,7 @@ impl Pipeline {
                     Err(e) => result = Err(e),
                 }
             }
-            self.pool.give_batches(p.batches);
+            self.pool.give_piece(p);
         }
         result?;
         let Some(end) = job.end else {
@@ -618,10 +628,22 @@ impl Pipeline {
                 .iter()
                 .map(|t| self.cfg.router.topic_for(t))
                 .collect();
-            let log = self.log.clone();
-            self.snapshot_start = Some(tokio::task::block_in_place(|| {
-                reconcile::Start::at(&log, topics)
-            })?);
+            self.snapshot_start = match &self.out {
+                Out::Log(log) => {
+                    let log = log.clone();
+                    Some(tokio::task::block_in_place(|| {
+                        reconcile::Start::at(&log, topics)
+                    })?)
+                }
+                Out::Kafka(k) => {
+                    let k = k.clone();
+                    let held = tokio::task::block_in_place(|| k.topics_with_records(&topics))?;
+                    if !held.is_empty() {
+                        tracing::warn!(topics = ?held, "a snapshot starts over Kafka topics that hold records already: rows deleted since those records were written get no delete record (re-snapshot reconciliation reads the embedded log only; over Kafka it is not done yet)");
+                    }
+                    None
+                }
+            };
             return Ok(());
         }
         if let Some(pos) = end.commit {
@@ -648,7 +670,7 @@ impl Pipeline {
     /// before compression plus [`BUDGET_SLACK`] (segment and index files grow in steps),
     /// or the transaction goes on in further jobs (`more`, its size unknown here).
     fn budget_tight(&self, pieces: &[Piece], more: bool) -> bool {
-        let Some(room) = self.log.budget_room() else {
+        let Some(room) = self.out.budget_room() else {
             return false;
         };
         let need: u64 = pieces.iter().map(|p| p.bytes).sum();
@@ -660,16 +682,45 @@ impl Pipeline {
     /// log refuses for lack of disk is retried alone, after the wait, without appending
     /// the others again.
     async fn append_piece(&mut self, piece: &Piece) -> Result<(), PipelineError> {
+        let topic = match &piece.topic {
+            OutTopic::Log(t) => t,
+            OutTopic::Kafka(t) => {
+                let (Out::Kafka(k), Some(u)) = (&self.out, &piece.unsealed) else {
+                    unreachable!("a Kafka topic's pieces are unsealed, for the Kafka log");
+                };
+                // librdkafka copies each record into its queue: cheap enough inline.
+                tokio::task::block_in_place(|| send_unsealed(k, t, u))?;
+                self.partial = true;
+                return Ok(());
+            }
+        };
         for (partition, batch) in &piece.batches {
-            self.append_retrying(&piece.topic, *partition, batch)
-                .await?;
+            self.append_retrying(topic, *partition, batch).await?;
         }
         Ok(())
     }
 
     /// A transaction topic record (one partition).
     async fn append_tx_record(&mut self, r: &txmeta::TxRecord) -> Result<(), PipelineError> {
-        self.append_retrying(&r.topic, 0, &r.batch).await?;
+        match (&r.topic, &self.out) {
+            (OutTopic::Log(t), _) => {
+                let t = t.clone();
+                self.append_retrying(&t, 0, &r.batch).await?;
+            }
+            (OutTopic::Kafka(t), Out::Kafka(k)) => {
+                let rec = cdc_kafka::OutRecord {
+                    key: Some(&r.key),
+                    value: Some(&r.value),
+                    headers: &[],
+                    timestamp_ms: r.ts,
+                };
+                tokio::task::block_in_place(|| k.send(&t.name, 0, &rec))?;
+                self.partial = true;
+            }
+            (OutTopic::Kafka(_), Out::Log(_)) => {
+                unreachable!("topics come from the pipeline's log")
+            }
+        }
         self.stats.records += 1;
         Ok(())
     }
@@ -678,7 +729,7 @@ impl Pipeline {
     /// for lack of room (a refused append changed nothing: `diskwait`).
     async fn append_retrying(
         &mut self,
-        topic: &Topic,
+        topic: &cdc_log::Topic,
         partition: u32,
         batch: &SealedBatch,
     ) -> Result<(), PipelineError> {
@@ -704,7 +755,7 @@ impl Pipeline {
                             Err(f) => return Err(f),
                         }
                     }
-                    self.disk.pause(&self.log, &e, self.partial).await?;
+                    self.disk.pause(self.out.log(), &e, self.partial).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -713,7 +764,7 @@ impl Pipeline {
 
     /// The topic `name`, created if new; a creation refused for lack of disk is retried
     /// after a wait (an interrupted creation leaves no topic: `topic.conf` is written last).
-    async fn topic(&mut self, name: &str) -> Result<Topic, PipelineError> {
+    async fn topic(&mut self, name: &str) -> Result<OutTopic, PipelineError> {
         if let Some(t) = self.topics.get(name) {
             return Ok(t.clone());
         }
@@ -725,15 +776,26 @@ impl Pipeline {
         &mut self,
         name: &str,
         config: TopicConfig,
-    ) -> Result<Topic, PipelineError> {
+    ) -> Result<OutTopic, PipelineError> {
         if let Some(t) = self.topics.get(name) {
             return Ok(t.clone());
         }
+        let log = match &self.out {
+            Out::Log(log) => log.clone(),
+            Out::Kafka(k) => {
+                let k = k.clone();
+                let spec = out::kafka_topic_spec(&config);
+                let partitions = tokio::task::block_in_place(|| k.ensure_topic(name, &spec))?;
+                let t = OutTopic::Kafka(Arc::new(KafkaTopic::new(name, partitions)));
+                self.topics.insert(name.to_string(), t.clone());
+                return Ok(t);
+            }
+        };
         let t = loop {
-            match self.log.topic_or_create(name, config.clone()) {
-                Ok(t) => break t,
+            match log.topic_or_create(name, config.clone()) {
+                Ok(t) => break OutTopic::Log(t),
                 Err(e) if diskwait::is_disk_wait(&e) => {
-                    self.disk.pause(&self.log, &e, self.partial).await?;
+                    self.disk.pause(self.out.log(), &e, self.partial).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -742,6 +804,44 @@ impl Pipeline {
         self.topics.insert(name.to_string(), t.clone());
         Ok(t)
     }
+}
+
+/// Produces a Kafka piece's records, each to its partition, with the headers the embedded
+/// log would store (a truncate copy says how many partitions got one).
+fn send_unsealed(
+    k: &cdc_kafka::KafkaLog,
+    t: &KafkaTopic,
+    u: &encode::Unsealed,
+) -> Result<(), PipelineError> {
+    let parts_text = t.partitions.to_string();
+    let mut headers: Vec<cdc_log::HeaderRef<'_>> = Vec::new();
+    let mut pairs: Vec<(&str, Option<&[u8]>)> = Vec::new();
+    for &(p, i) in &u.order {
+        let i = i as usize;
+        headers.clear();
+        encode::push_headers(&u.buf, i, &mut headers);
+        pairs.clear();
+        pairs.extend(headers.iter().map(|h| (h.key, h.value)));
+        if t.partitions > 1
+            && u.buf.spans[i].kind == cdc_schemas::encode::RecordKind::Change(Op::Truncate)
+        {
+            pairs.push((
+                cdc_schemas::encode::HEADER_TRUNCATE_PARTITIONS,
+                Some(parts_text.as_bytes()),
+            ));
+        }
+        k.send(
+            &t.name,
+            p,
+            &cdc_kafka::OutRecord {
+                key: u.buf.key(i),
+                value: u.buf.value(i),
+                headers: &pairs,
+                timestamp_ms: u.ts,
+            },
+        )?;
+    }
+    Ok(())
 }
 
 fn now_ns() -> i64 {

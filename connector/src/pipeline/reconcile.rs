@@ -72,7 +72,10 @@ impl super::Pipeline {
             return Ok(());
         }
         debug_assert!(self.pending.is_none(), "a snapshot's rows carry no commit");
-        let log = self.log.clone();
+        let super::out::Out::Log(log) = &self.out else {
+            return Ok(());
+        };
+        let log = log.clone();
         let format = self.cfg.encoder.format;
         // Avro values are rewritten with their writer schema: the registry's, by id, asked
         // from the blocking thread the reconciliation runs on.

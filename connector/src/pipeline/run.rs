@@ -26,7 +26,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cdc_kafka::KafkaLog;
 use cdc_log::{FlushPolicy, Log};
+
+use super::out::Out;
+use crate::config::LogKind;
 use cdc_schemas::encode::{
     BigIntUnsignedHandlingMode, BinaryHandlingMode, ConnectorKind, DecimalHandlingMode,
     EncoderConfig, IntervalHandlingMode, RecordFormat, SourceInfo, TimePrecisionMode,
@@ -87,6 +91,50 @@ pub fn encoder_config(config: &Config, kind: ConnectorKind, database: &str) -> E
         _ => UnrepresentableMode::Header,
     };
     c
+}
+
+/// Why the log could not be opened.
+enum OpenError {
+    /// Retry after a backoff (a broker not reachable yet).
+    Transient(String),
+    /// Tell the operator and stop.
+    Definite(String),
+}
+
+/// Opens the attempt's log (the embedded one, or the Kafka producer) and reads back the
+/// source position stored in it.
+async fn open_out(
+    config: &Config,
+    options: cdc_log::LogOptions,
+) -> Result<(Out, Option<Vec<u8>>), OpenError> {
+    match config.log.kind {
+        LogKind::Embedded => {
+            let log = Log::open(&config.log.dir, options).map_err(|e| {
+                OpenError::Definite(format!(
+                    "cannot open the log at {}: {e}",
+                    config.log.dir.display()
+                ))
+            })?;
+            let cp = log.checkpoint();
+            Ok((Out::Log(log), cp))
+        }
+        LogKind::Kafka => {
+            let settings = config.log.kafka_settings(&config.name);
+            let name = config.name.clone();
+            let r = tokio::task::spawn_blocking(move || {
+                let k = KafkaLog::connect(settings, &name)?;
+                let cp = k.checkpoint()?;
+                Ok::<_, cdc_kafka::KafkaLogError>((k, cp))
+            })
+            .await
+            .map_err(|e| OpenError::Definite(format!("the Kafka connect task failed: {e}")))?;
+            match r {
+                Ok((k, cp)) => Ok((Out::Kafka(k), cp)),
+                Err(e) if e.is_transient() => Err(OpenError::Transient(e.to_string())),
+                Err(e) => Err(OpenError::Definite(e.to_string())),
+            }
+        }
+    }
 }
 
 pub(crate) fn shutdown_signal() -> watch::Receiver<bool> {
@@ -220,27 +268,41 @@ pub async fn run(config: Config) -> ExitCode {
         let spilled = Arc::new(AtomicU64::new(0));
         let mut attempt_options = log_options.clone();
         attempt_options.budget_shared_bytes = Some(spilled.clone());
-        let log = match Log::open(&config.log.dir, attempt_options) {
-            Ok(l) => l,
-            Err(e) => {
-                eprintln!(
-                    "error: cannot open the log at {}: {e}",
-                    config.log.dir.display()
-                );
+        let (out, stored) = match open_out(&config, attempt_options).await {
+            Ok(o) => o,
+            Err(OpenError::Definite(m)) => {
+                eprintln!("error: {m}");
                 break ExitCode::from(1);
             }
+            Err(OpenError::Transient(m)) => {
+                tracing::warn!(error = %m, backoff_ms = backoff.as_millis() as u64, "the log is not reachable; retrying (the source is not read meanwhile, and the database keeps its log for us)");
+                let mut s = shutdown.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = s.wait_for(|v| *v) => { break ExitCode::SUCCESS; }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+                continue;
+            }
         };
-        let resume_from = match log.checkpoint() {
+        let resume_from = match stored {
             None => None,
             Some(b) => match Checkpoint::from_bytes(&b) {
                 Ok(p) => Some(p),
                 Err(e) => {
-                    eprintln!("error: the log's checkpoint is not a source position ({e}); was this log dir written by another tool?");
+                    eprintln!("error: the log's checkpoint is not a source position ({e}); was this log written by another tool?");
                     break ExitCode::from(1);
                 }
             },
         };
-        tracing::info!(dir = %config.log.dir.display(), checkpoint = ?resume_from.as_ref().map(|p| p.to_string()), "log opened");
+        match &out {
+            Out::Log(_) => {
+                tracing::info!(dir = %config.log.dir.display(), checkpoint = ?resume_from.as_ref().map(|p| p.to_string()), "log opened")
+            }
+            Out::Kafka(k) => {
+                tracing::info!(brokers = %config.log.brokers.as_deref().unwrap_or_default(), transactions = k.transactional(), offsets_topic = k.offsets_topic(), checkpoint = ?resume_from.as_ref().map(|p| p.to_string()), "Kafka log connected")
+            }
+        }
         // Bounded by the memory of the queued events, not by a count of batches.
         let (btx, brx) = super::queue::channel(config.source.common.max_queued_bytes);
         let (publisher, durable) = DurablePublisher::new(resume_from.clone());
@@ -248,7 +310,7 @@ pub async fn run(config: Config) -> ExitCode {
         // too (what it holds is read again), or a definite error would wait with it.
         let (source_ended, source_ended_rx) = watch::channel(false);
         let pipeline = Pipeline::new(
-            log.clone(),
+            out.clone(),
             registry.clone(),
             PipelineConfig {
                 encoder: encoder_config(&config, connector_kind, &database),
@@ -284,9 +346,10 @@ pub async fn run(config: Config) -> ExitCode {
             metrics: metrics.clone(),
             progress: snapshot_progress.clone(),
             disk_budget: {
-                let log = log.clone();
-                DiskBudget::new(log_options.disk_budget_bytes, spilled, move || {
-                    log.disk_bytes()
+                let out = out.clone();
+                DiskBudget::new(log_options.disk_budget_bytes, spilled, move || match &out {
+                    Out::Log(log) => log.disk_bytes(),
+                    Out::Kafka(_) => 0,
                 })
             },
             history: history.clone(),
@@ -314,10 +377,15 @@ pub async fn run(config: Config) -> ExitCode {
         // This run is over: recycled segments are cut to their flushed bytes, so the next
         // open has no stale tail to cut and report; unflushed appends are discarded, as
         // dropping the log would.
-        if let Err(e) = tokio::task::block_in_place(|| log.close()) {
-            tracing::warn!(error = %e, "closing the log; its next open recovers it");
+        if let Out::Log(log) = &out {
+            if let Err(e) = tokio::task::block_in_place(|| log.close()) {
+                tracing::warn!(error = %e, "closing the log; its next open recovers it");
+            }
         }
-        drop(log);
+        // A Kafka producer is dropped on a blocking thread: librdkafka waits for its
+        // requests in flight.
+        let dropped = tokio::task::spawn_blocking(move || drop(out));
+        let _ = dropped.await;
         // The pipeline's error explains a source that stopped because the pipeline did.
         let transient = match (&pipe_result, &src_result) {
             (Err(e), _) if !e.is_transient() => {

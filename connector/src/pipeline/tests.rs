@@ -2,7 +2,7 @@
 //! ends and schema versions survive the parallel encoding stage.
 
 use super::*;
-use cdc_log::{LogOptions, StartAt};
+use cdc_log::{Log, LogOptions, StartAt};
 use cdc_schemas::encode::{ConnectorKind, RecordFormat, SourceInfo};
 use cdc_schemas::{Column, ColumnType, Lsn, PgPosition, Row, SourcePosition, Value};
 use cdc_sources::ChangeBatch;

@@ -52,7 +52,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cdc_log::{CleanupPolicy, NewRecord, SealedBatch, Topic, TopicConfig};
+use cdc_log::{CleanupPolicy, NewRecord, SealedBatch, TopicConfig};
+
+use super::out::OutTopic;
 use cdc_schemas::encode::txmeta::{data_collection, MESSAGE_DATA_COLLECTION};
 use cdc_schemas::encode::{RecordFormat, SchemaIds, TransactionMetadataEncoder};
 use cdc_schemas::{ChangeEvent, TableId, TableSchema};
@@ -66,7 +68,11 @@ pub fn transaction_topic(prefix: &str) -> String {
 
 /// One BEGIN or END record, sealed for its topic.
 pub(super) struct TxRecord {
-    pub topic: Topic,
+    pub topic: OutTopic,
+    /// For Kafka (which seals its own batches): the record itself.
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub ts: i64,
     pub batch: SealedBatch,
 }
 
@@ -74,7 +80,7 @@ pub(super) struct TxRecord {
 pub(super) struct TxMeta {
     format: RecordFormat,
     /// Registered and with its topic, from the first transaction on.
-    ready: Option<(TransactionMetadataEncoder, Topic)>,
+    ready: Option<(TransactionMetadataEncoder, OutTopic)>,
     /// The transaction whose BEGIN is (or will be) appended and whose END is not.
     open: Option<OpenTx>,
     /// Said once: a batch held changes of two transactions (against the source contract).
@@ -279,17 +285,22 @@ impl Pipeline {
     }
 }
 
-/// One record, sealed with `topic`'s codec.
-fn seal(topic: &Topic, key: &[u8], value: &[u8], ts: i64) -> Result<TxRecord, PipelineError> {
+/// One record, sealed with `topic`'s codec for the embedded log.
+fn seal(topic: &OutTopic, key: &[u8], value: &[u8], ts: i64) -> Result<TxRecord, PipelineError> {
     let mut batch = SealedBatch::new();
-    let mut scratch = Vec::new();
-    batch.seal(
-        &[NewRecord::new(Some(key), Some(value), ts)],
-        topic.config().compression,
-        &mut scratch,
-    )?;
+    if let OutTopic::Log(t) = topic {
+        let mut scratch = Vec::new();
+        batch.seal(
+            &[NewRecord::new(Some(key), Some(value), ts)],
+            t.config().compression,
+            &mut scratch,
+        )?;
+    }
     Ok(TxRecord {
         topic: topic.clone(),
+        key: key.to_vec(),
+        value: value.to_vec(),
+        ts,
         batch,
     })
 }

@@ -159,6 +159,10 @@ async fn verify(args: &VerifyArgs) -> Result<bool, VerifyError> {
             "--chunk-rows and --max-report must be at least 1".into(),
         ));
     }
+    config
+        .log
+        .embedded_only("cdc verify")
+        .map_err(VerifyError::Usage)?;
     let table = parse_table(&config, &args.table)?;
     let started = Instant::now();
     let mut source = SourceSide::open(&config, &table).await?;

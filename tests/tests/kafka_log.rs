@@ -1,0 +1,593 @@
+//! Kafka as the log, end to end through the shipped CLI (`cdc-e2e run`) against a real
+//! Kafka-protocol broker started by the harness (noida-db's Kafka API: it filters aborted
+//! transactions for `read_committed` consumers, which tansu does not), read back with
+//! Confluent's Python client (tests/kafka-clients/read_topics.py):
+//!
+//! - the records a connector writes to Kafka are the ones a connector on the same changes
+//!   writes to the embedded log: same keys, values (but the processing time `ts_ms` /
+//!   `ts_us` / `ts_ns`), headers and partitions, in the same order per partition;
+//! - the source position is in `<name>.offsets` and a restart resumes from it;
+//! - SIGKILLed many times mid-stream, with transactions: a `read_committed` consumer sees
+//!   every change exactly once, in order;
+//! - a broker that is not up yet when `cdc run` starts: it waits and retries, then writes;
+//! - an existing topic with another partition count, and `[log]` keys of the wrong kind,
+//!   are clear errors.
+//!
+//! `CDC_TEST_KILLS` sets the number of SIGKILL/restart cycles (default 5).
+
+mod pg_source_util;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cdc_harness::{NoidaKafka, PgServer};
+use pg_source_util::*;
+use serde_json::Value as Json;
+
+const TOPIC: &str = "t.public.acct";
+
+/// The Python with confluent-kafka (None: skip, saying why).
+fn python() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("registry-clients");
+    let out = Command::new("bash")
+        .arg(dir.join("setup-python.sh"))
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "SKIP: tests/registry-clients/setup-python.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .map(|l| PathBuf::from(l.trim()))
+}
+
+/// One record as a consumer sees it, the processing time masked.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Seen {
+    partition: u32,
+    key: Option<String>,
+    value: Option<String>,
+    headers: Vec<(String, String)>,
+}
+
+/// The value with what differs between two connectors reading the same changes removed:
+/// the envelope's processing time (`ts_ms`, `ts_us`, `ts_ns`), and a snapshot row's
+/// source time and LSN.
+fn masked(v: &Json) -> String {
+    let mut v = v.clone();
+    let snapshot = v["op"] == "r";
+    if let Some(o) = v.as_object_mut() {
+        for k in ["ts_ms", "ts_us", "ts_ns"] {
+            o.remove(k);
+        }
+        // Each connector snapshots at its own moment (and LSN).
+        if let (true, Some(src)) = (snapshot, o.get_mut("source").and_then(Json::as_object_mut)) {
+            for k in ["ts_ms", "ts_us", "ts_ns", "lsn", "sequence"] {
+                src.remove(k);
+            }
+        }
+    }
+    v.to_string()
+}
+
+/// `topics` read back from Kafka with Confluent's client (`read_committed`).
+fn read_kafka(python: &PathBuf, brokers: &str, topics: &[&str]) -> Vec<(String, Seen, Json)> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kafka-clients/read_topics.py");
+    let out = Command::new(python)
+        .arg(script)
+        .args(["--brokers", brokers])
+        .args(topics)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "read_topics.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let r: Json = serde_json::from_str(l).unwrap();
+            let value: Option<Json> = r["value"]
+                .as_str()
+                .map(|v| serde_json::from_str(v).unwrap_or_else(|e| panic!("{e}: {l}")));
+            let seen = Seen {
+                partition: r["partition"].as_u64().unwrap() as u32,
+                // JSON keys normalised as the embedded log's reader prints them; others
+                // (the position's) as they are.
+                key: r["key"].as_str().map(|k| {
+                    serde_json::from_str::<Json>(k)
+                        .map_or_else(|_| k.to_string(), |j| j.to_string())
+                }),
+                value: value.as_ref().map(masked),
+                headers: r["headers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|h| {
+                        (
+                            h[0].as_str().unwrap().to_string(),
+                            h[1].as_str().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect(),
+            };
+            (
+                r["topic"].as_str().unwrap().to_string(),
+                seen,
+                value.unwrap_or(Json::Null),
+            )
+        })
+        .collect()
+}
+
+/// The embedded log's records of `topic` as a consumer sees them.
+fn read_embedded(log: &std::path::Path, topic: &str) -> Vec<Seen> {
+    read_topic(log, topic)
+        .into_iter()
+        .map(|r| Seen {
+            partition: r.partition,
+            key: r.key.map(|k| k.to_string()),
+            value: r.value.as_ref().map(masked),
+            headers: r.headers,
+        })
+        .collect()
+}
+
+/// A connector of table `acct` on `db` with its own slot, writing to Kafka at `brokers`.
+fn kafka_connector(
+    pg: &PgServer,
+    db: &str,
+    dir: &std::path::Path,
+    slot: &str,
+    brokers: &str,
+    extra_log: &str,
+) -> Connector {
+    std::fs::create_dir_all(dir).unwrap();
+    let c = connector(pg, db, dir, &["public.acct"], "");
+    c.edit_config(|t| {
+        t.replace(
+            &format!("slot = \"{db}\""),
+            &format!("slot = \"{db}_{slot}\"\npublication = \"{db}_{slot}\""),
+        )
+        .replace(
+            "partitions = 3\n",
+            &format!("partitions = 3\ntype = \"kafka\"\nbrokers = \"{brokers}\"\nkafka_timeout_ms = 10000\n{extra_log}"),
+        )
+    });
+    c
+}
+
+fn embedded_connector(pg: &PgServer, db: &str, dir: &std::path::Path, slot: &str) -> Connector {
+    std::fs::create_dir_all(dir).unwrap();
+    let c = connector(pg, db, dir, &["public.acct"], "");
+    c.edit_config(|t| {
+        t.replace(
+            &format!("slot = \"{db}\""),
+            &format!("slot = \"{db}_{slot}\"\npublication = \"{db}_{slot}\""),
+        )
+    });
+    c
+}
+
+const SCHEMA: &str = "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, owner text NOT NULL, balance bigint NOT NULL);
+     INSERT INTO acct SELECT g, 'o' || g, g * 10 FROM generate_series(1, 50) g;";
+
+/// Inserts, updates, deletes, a key change and a truncate, in several transactions.
+async fn workload(pg: &PgServer, db: &str) {
+    pg.execute(
+        db,
+        "INSERT INTO acct SELECT g, 'n' || g, g FROM generate_series(51, 250) g;
+         UPDATE acct SET balance = balance + 1 WHERE id % 3 = 0;
+         DELETE FROM acct WHERE id % 7 = 0;
+         UPDATE acct SET id = 1000 WHERE id = 1;
+         BEGIN; UPDATE acct SET owner = 'x' WHERE id < 20; INSERT INTO acct VALUES (2000, 'y', 2); COMMIT;
+         TRUNCATE acct;
+         INSERT INTO acct SELECT g, 'after' || g, g FROM generate_series(1, 30) g;",
+    )
+    .await
+    .unwrap();
+}
+
+async fn wait_kafka(
+    python: &PathBuf,
+    brokers: &str,
+    topic: &str,
+    n: usize,
+    timeout: Duration,
+) -> Vec<(String, Seen, Json)> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = read_kafka(python, brokers, &[topic]);
+        if got.len() >= n || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn records_in_kafka_are_the_embedded_logs_and_the_position_is_in_kafka() {
+    let Some(python) = python() else { return };
+    let pg = PgServer::shared();
+    let kafka = NoidaKafka::start().unwrap();
+    let db = database_with(pg, SCHEMA).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut emb = embedded_connector(pg, &db, &dir.path().join("e"), "e");
+    let mut kc = kafka_connector(pg, &db, &dir.path().join("k"), "k", &kafka.brokers(), "");
+    emb.start();
+    kc.start();
+    // Both snapshots done (50 rows each) before the changes.
+    assert!(
+        wait_topic_len(&emb.log_dir(), TOPIC, 50, Duration::from_secs(60)).await,
+        "{}",
+        emb.output()
+    );
+    let got = wait_kafka(
+        &python,
+        &kafka.brokers(),
+        TOPIC,
+        50,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(got.len() >= 50, "{}", kc.output());
+    workload(pg, &db).await;
+    // The workload's last change (after the truncate, which `wait_converged` does not
+    // apply) is in the embedded log.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let want = loop {
+        let want = read_embedded(&emb.log_dir(), TOPIC);
+        if want.iter().any(|s| {
+            s.value
+                .as_deref()
+                .is_some_and(|v| v.contains("\"after30\""))
+        }) {
+            break want;
+        }
+        assert!(Instant::now() < deadline, "{}", emb.output());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let got = wait_kafka(
+        &python,
+        &kafka.brokers(),
+        TOPIC,
+        want.len(),
+        Duration::from_secs(60),
+    )
+    .await;
+    let got: Vec<Seen> = got.into_iter().map(|(_, s, _)| s).collect();
+    // Per partition, in order (the order across partitions is the readers' own).
+    let per = |v: &[Seen]| {
+        let mut m: BTreeMap<u32, Vec<Seen>> = BTreeMap::new();
+        for s in v {
+            m.entry(s.partition).or_default().push(s.clone());
+        }
+        m
+    };
+    assert_eq!(
+        per(&got),
+        per(&want),
+        "Kafka's records differ from the embedded log's\n{}",
+        kc.output()
+    );
+    // The truncate went to every partition, each copy saying so.
+    let truncates: Vec<&Seen> = got
+        .iter()
+        .filter(|s| {
+            s.value
+                .as_deref()
+                .is_some_and(|v| v.contains("\"op\":\"t\""))
+        })
+        .collect();
+    assert_eq!(truncates.len(), 3, "{truncates:?}");
+
+    // The position: in t.offsets, keyed by the connector's name, a source position.
+    let offsets = read_kafka(&python, &kafka.brokers(), &["t.offsets"]);
+    let last = offsets.last().expect("a position in t.offsets");
+    assert_eq!(last.1.key.as_deref(), Some("t"));
+    assert!(
+        last.2.get("lsn").is_some() || last.2.get("type").is_some(),
+        "{:?}",
+        last.2
+    );
+
+    // A restart resumes from it: nothing is written twice.
+    kc.stop();
+    kc.start();
+    pg.execute(&db, "INSERT INTO acct VALUES (5000, 'late', 5)")
+        .await
+        .unwrap();
+    let n = want.len() + 1;
+    let got = wait_kafka(&python, &kafka.brokers(), TOPIC, n, Duration::from_secs(60)).await;
+    assert_eq!(got.len(), n, "after a restart\n{}", kc.output());
+    assert!(got
+        .iter()
+        .any(|(_, s, _)| s.key.as_deref() == Some("{\"id\":5000}")));
+    kc.stop();
+    emb.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_mid_stream_a_read_committed_consumer_sees_each_change_once() {
+    killed_mid_stream(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_mid_stream_without_transactions_at_least_once_in_order_per_key() {
+    killed_mid_stream(false).await;
+}
+
+/// SIGKILLs during a workload of 60 transactions; with `transactions`, each change is read
+/// once; without, at least once, and per key the first copies are in commit order (a
+/// restart resends a suffix of what it had not stored the position of).
+async fn killed_mid_stream(transactions: bool) {
+    let Some(python) = python() else { return };
+    let kills: usize = std::env::var("CDC_TEST_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let pg = PgServer::shared();
+    let kafka = NoidaKafka::start().unwrap();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, owner text NOT NULL, balance bigint NOT NULL);",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut kc = kafka_connector(
+        pg,
+        &db,
+        dir.path(),
+        "k",
+        &kafka.brokers(),
+        &format!("transactions = {transactions}\n"),
+    );
+    kc.start();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read_kafka(&python, &kafka.brokers(), &["t.offsets"])
+        .iter()
+        .all(|(_, _, v)| v["type"] == "snapshot_incomplete")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no position stored\n{}",
+            kc.output()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // Streaming (its empty snapshot done, the first transaction in Kafka) before the kills:
+    // a kill before the snapshot's position is stored snapshots again, which reads the
+    // rows' latest state instead of their changes.
+    pg.execute(
+        &db,
+        "INSERT INTO acct SELECT g, 'o', 0 FROM generate_series(1, 20) g;
+         UPDATE acct SET balance = 0 WHERE id BETWEEN 1 AND 20;",
+    )
+    .await
+    .unwrap();
+    let first = wait_kafka(
+        &python,
+        &kafka.brokers(),
+        TOPIC,
+        40,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(first.len(), 40, "{}", kc.output());
+    // Transactions of 20 inserts, then updates of them, while the connector is killed.
+    let writer = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            for t in 1..60 {
+                let base = t * 20;
+                pg.execute(
+                    &db,
+                    &format!(
+                        "INSERT INTO acct SELECT g, 'o', 0 FROM generate_series({}, {}) g;
+                         UPDATE acct SET balance = {t} WHERE id BETWEEN {} AND {};",
+                        base + 1,
+                        base + 20,
+                        base.max(1),
+                        base + 20
+                    ),
+                )
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+        })
+    };
+    for i in 0..kills {
+        tokio::time::sleep(Duration::from_millis(300 + 170 * i as u64)).await;
+        kc.kill();
+        kc.start();
+    }
+    writer.await.unwrap();
+    // Every change: 1200 inserts and the updates: 20 in the first transaction, then 21 in
+    // each of the 59 others (their range starts at the previous one's last row).
+    const CHANGES: usize = 1200 + 20 + 59 * 21;
+    let c = pg.superuser_client(&db).await.unwrap();
+    let want_rows: i64 = c
+        .query_one("SELECT count(*) FROM acct", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(want_rows, 1200);
+    // Until every change is there (without transactions, some more than once).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let got = loop {
+        let got = read_kafka(&python, &kafka.brokers(), &[TOPIC]);
+        let distinct: std::collections::HashSet<&Seen> = got.iter().map(|(_, s, _)| s).collect();
+        if distinct.len() >= CHANGES || Instant::now() > deadline {
+            break got;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    if transactions {
+        assert_eq!(got.len(), CHANGES, "every change once");
+    }
+    let mut per_key: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
+    for (_, s, v) in &got {
+        if v.is_null() {
+            continue;
+        }
+        per_key.entry(s.key.clone().unwrap()).or_default().push((
+            v["op"].as_str().unwrap().to_string(),
+            v["after"]["balance"].as_i64().unwrap(),
+        ));
+    }
+    assert_eq!(per_key.len(), 1200, "{}", kc.output());
+    for (k, changes) in &per_key {
+        let id: i64 = serde_json::from_str::<Json>(k).unwrap()["id"]
+            .as_i64()
+            .unwrap();
+        let t = (id - 1) / 20;
+        // Its insert, then the update of its own transaction, then (for the first row of a
+        // range) the next transaction's update: each once, in order.
+        let mut want = vec![("c".to_string(), 0), ("u".to_string(), t)];
+        if id % 20 == 0 && t + 1 < 60 {
+            want.push(("u".to_string(), t + 1));
+        }
+        let mut firsts = changes.clone();
+        if !transactions {
+            // Resent copies of changes already read: keep the first of each.
+            let mut seen = std::collections::HashSet::new();
+            firsts.retain(|c| seen.insert(c.clone()));
+        }
+        assert_eq!(firsts, want, "key {k}: {changes:?}");
+    }
+    kc.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_that_comes_up_late_is_waited_for() {
+    let Some(python) = python() else { return };
+    let pg = PgServer::shared();
+    let db = database_with(pg, SCHEMA).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let brokers = format!("127.0.0.1:{port}");
+    let mut kc = kafka_connector(pg, &db, dir.path(), "k", &brokers, "");
+    // Requests time out fast, so that the connector gives up on connecting and retries.
+    kc.edit_config(|t| t.replace("kafka_timeout_ms = 10000", "kafka_timeout_ms = 1000"));
+    kc.start();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    kc.assert_running();
+    let kafka = NoidaKafka::start_on(port)
+        .unwrap()
+        .expect("the port is free");
+    let got = wait_kafka(
+        &python,
+        &kafka.brokers(),
+        TOPIC,
+        50,
+        Duration::from_secs(90),
+    )
+    .await;
+    assert_eq!(got.len(), 50, "{}", kc.output());
+    assert!(kc.output().contains("not reachable"), "{}", kc.output());
+    kc.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_with_another_partition_count_is_a_clear_error() {
+    let Some(python) = python() else { return };
+    let pg = PgServer::shared();
+    let kafka = NoidaKafka::start().unwrap();
+    let db = database_with(pg, SCHEMA).await;
+    // The table's topic exists already, with 3 partitions (made by another program).
+    let out = Command::new(&python)
+        .arg("-c")
+        .arg(format!(
+            "from confluent_kafka.admin import AdminClient, NewTopic\n\
+             a = AdminClient({{'bootstrap.servers': '{}'}})\n\
+             [f.result() for f in a.create_topics([NewTopic('{TOPIC}', 3, 1)]).values()]",
+            kafka.brokers()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut kc = kafka_connector(pg, &db, dir.path(), "a", &kafka.brokers(), "");
+    kc.edit_config(|t| t.replace("partitions = 3\n", "partitions = 5\n"));
+    kc.start();
+    let code = kc
+        .wait_exit(
+            Duration::from_secs(60),
+            "the connector should stop on the mismatch",
+        )
+        .await;
+    assert_eq!(code, Some(1), "{}", kc.output());
+    assert_mentions(
+        &kc.output(),
+        &[
+            "t.public.acct",
+            "has 3 partitions",
+            "partitions = 5",
+            "per-key order",
+        ],
+    );
+}
+
+#[test]
+fn kafka_keys_of_the_wrong_kind_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    for (log, key) in [
+        ("type = \"kafka\"\n", "log.brokers"),
+        ("brokers = \"127.0.0.1:1\"\n", "log.brokers"),
+        (
+            "type = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n[log.kafka]\n\"enable.idempotence\" = \"false\"\n",
+            "enable.idempotence",
+        ),
+        (
+            "type = \"kafka\"\nbrokers = \"127.0.0.1:1\"\ndisk_budget_bytes = 1000000\n",
+            "log.disk_budget_bytes",
+        ),
+        // A sink would read the embedded log, which gets nothing.
+        (
+            "type = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n[[sink]]\nname = \"r\"\ntype = \"redis\"\nurl = \"redis://127.0.0.1:1/0\"\n",
+            "sinks read the embedded log",
+        ),
+    ] {
+        let c = Connector::with_config(
+            dir.path(),
+            &format!("name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1:1/d\"\n[log]\ndir = \"{}\"\n{log}", dir.path().join("log").display()),
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+            .args(["run", "--config"])
+            .arg(&c.config)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{log}: {err}");
+        assert!(err.contains(key), "{log}: {err}");
+    }
+    // `cdc log` reads the embedded log: on a Kafka config it says so.
+    let c = Connector::with_config(
+        dir.path(),
+        &format!("name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1:1/d\"\n[log]\ndir = \"{}\"\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n", dir.path().join("log").display()),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+        .args(["log", "topics", "--config"])
+        .arg(&c.config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("writes to Kafka") && err.contains("kcat"),
+        "{err}"
+    );
+}
