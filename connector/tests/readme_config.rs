@@ -3,8 +3,8 @@
 //! configuration knows is shown there. Docs and code cannot drift apart silently.
 //!
 //! The blocks: the ```toml block under "## Configuration", the one under
-//! "## The Postgres source" and the one under "## Sinks" (each target's keys are shown
-//! in its own subsection's block). A commented-out key (`# bearer_token = "..."`) counts as
+//! "## The Postgres source", the one under "## Kafka as the log" and the one under
+//! "## Sinks" (each target's keys are shown in its own subsection's block). A commented-out key (`# bearer_token = "..."`) counts as
 //! shown, but is left out of loading.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,6 +81,7 @@ fn documented() -> BTreeMap<String, BTreeSet<String>> {
     for (heading, what) in [
         ("## Configuration", "configuration"),
         ("## The Postgres source", "Postgres source"),
+        ("## Kafka as the log", "Kafka log"),
         ("## Sinks:", "sinks"),
         ("### Redis and Valkey", "Redis sink"),
         ("### Typesense", "Typesense sink"),

@@ -130,8 +130,17 @@ impl NoidaKafka {
 
     /// Starts a fresh broker on `port`; `None` if the port was taken meanwhile.
     pub fn start_on(port: u16) -> Result<Option<NoidaKafka>> {
-        let bin = noida_bin()?;
         let inst = Instance::create("noida", None, libc::SIGINT)?;
+        if Self::spawn(&inst, port)? {
+            return Ok(Some(NoidaKafka { inst, port }));
+        }
+        let _ = inst.shutdown();
+        Ok(None)
+    }
+
+    /// Runs the broker on `port` with the instance's data directory; false on a port clash.
+    fn spawn(inst: &Arc<Instance>, port: u16) -> Result<bool> {
+        let bin = noida_bin()?;
         let dir = inst.dir().to_path_buf();
         let log_path = dir.join("noida.log");
         let log = fs::OpenOptions::new()
@@ -150,13 +159,25 @@ impl NoidaKafka {
             .stdout(log.try_clone()?)
             .stderr(log);
         inst.set_child(process::spawn(cmd)?);
-        if process::wait_ready(&inst, "noida-db", &log_path, START_TIMEOUT, || {
+        process::wait_ready(inst, "noida-db", &log_path, START_TIMEOUT, || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-        })? {
-            return Ok(Some(NoidaKafka { inst, port }));
+        })
+    }
+
+    /// Stops the broker (Ctrl-C) and starts it again on the same port and data directory,
+    /// which keeps its topics and records; `down` runs while it is stopped.
+    pub fn restart_after(&self, down: impl FnOnce()) -> Result<()> {
+        self.inst
+            .stop_process(Some(libc::SIGINT), Duration::from_secs(20))?;
+        down();
+        for _ in 0..50 {
+            if Self::spawn(&self.inst, self.port)? {
+                return Ok(());
+            }
+            // The old process's socket may linger for a moment.
+            std::thread::sleep(Duration::from_millis(200));
         }
-        let _ = inst.shutdown();
-        Ok(None)
+        bail!("noida-db: port {} still taken after a restart", self.port)
     }
 
     pub fn port(&self) -> u16 {

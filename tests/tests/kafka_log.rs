@@ -10,6 +10,8 @@
 //! - SIGKILLed many times mid-stream, with transactions: a `read_committed` consumer sees
 //!   every change exactly once, in order;
 //! - a broker that is not up yet when `cdc run` starts: it waits and retries, then writes;
+//! - a broker stopped for 3 s and restarted mid-stream: the connector resumes by itself
+//!   from the position in Kafka, and every change is there once;
 //! - an existing topic with another partition count, and `[log]` keys of the wrong kind,
 //!   are clear errors.
 //!
@@ -464,6 +466,76 @@ async fn killed_mid_stream(transactions: bool) {
         }
         assert_eq!(firsts, want, "key {k}: {changes:?}");
     }
+    kc.stop();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() {
+    let Some(python) = python() else { return };
+    let pg = PgServer::shared();
+    let kafka = NoidaKafka::start().unwrap();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, owner text NOT NULL, balance bigint NOT NULL);",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut kc = kafka_connector(pg, &db, dir.path(), "k", &kafka.brokers(), "");
+    kc.edit_config(|t| t.replace("kafka_timeout_ms = 10000", "kafka_timeout_ms = 2000"));
+    kc.start();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read_kafka(&python, &kafka.brokers(), &["t.offsets"])
+        .iter()
+        .all(|(_, _, v)| v["type"] == "snapshot_incomplete")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no position stored\n{}",
+            kc.output()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // 40 transactions of 20 inserts, 50 ms apart; the broker is down for 3 s among them.
+    let writer = {
+        let db = db.clone();
+        tokio::spawn(async move {
+            for t in 0..40 {
+                pg.execute(
+                    &db,
+                    &format!(
+                        "INSERT INTO acct SELECT g, 'o', {t} FROM generate_series({}, {}) g",
+                        t * 20 + 1,
+                        t * 20 + 20
+                    ),
+                )
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::task::block_in_place(|| {
+        kafka
+            .restart_after(|| std::thread::sleep(Duration::from_secs(3)))
+            .unwrap()
+    });
+    writer.await.unwrap();
+    let got = wait_kafka(
+        &python,
+        &kafka.brokers(),
+        TOPIC,
+        800,
+        Duration::from_secs(120),
+    )
+    .await;
+    kc.assert_running();
+    let keys: std::collections::BTreeSet<&str> = got
+        .iter()
+        .filter_map(|(_, s, _)| s.key.as_deref())
+        .collect();
+    assert_eq!(keys.len(), 800, "every row once\n{}", kc.output());
+    assert_eq!(got.len(), 800, "no change twice\n{}", kc.output());
     kc.stop();
 }
 
