@@ -1,6 +1,11 @@
 //! The pipeline: [`ChangeBatch`]es from a source → schema check → encode → append to the
 //! embedded log → flush with the source position → publish the durable position.
 //!
+//! The log is the embedded one or Kafka ([`out`]): with Kafka an append is a produce in
+//! the open Kafka transaction and a flush is that transaction's commit with the position
+//! in `<name>.offsets`; everything below holds for both, except waiting for disk (the
+//! embedded log's) and re-snapshot reconciliation (it reads the embedded log).
+//!
 //! Per event (the schema part lives in `schemas.rs`): a table's key is replaced by `source.message_key_columns` where an entry
 //! names it ([`cdc_sources::keys`], applied here so that every source has it); the topic
 //! comes from the [`TopicRouter`] (`<name>.<schema>.<table>`, logical messages
