@@ -9,6 +9,10 @@ command -v pg_recvlogical >/dev/null 2>&1 || missing+=(postgresql-client)
 command -v mariadbd >/dev/null 2>&1 || missing+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || missing+=(mariadb-client)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# Building librdkafka and OpenSSL from the rdkafka crate's sources (Kafka as the log).
+command -v make >/dev/null 2>&1 || missing+=(make)
+command -v perl >/dev/null 2>&1 || missing+=(perl)
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
 # For the schema-registry client tests (Confluent's Python and Java clients).
 command -v unzip >/dev/null 2>&1 || missing+=(unzip)
 command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
