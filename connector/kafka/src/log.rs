@@ -69,11 +69,23 @@ impl ProducerContext for Reports {
 
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         if let Err((e, _)) = result {
-            if !self.failed.swap(true, Ordering::AcqRel) {
-                *self.first_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+            self.failed.store(true, Ordering::Release);
+            let mut first = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+            // The cause, not its consequence: once a record fails for good, librdkafka
+            // purges the others of the transaction, in no set order of reports.
+            if first.as_ref().is_none_or(is_purge) && (first.is_none() || !is_purge(e)) {
+                *first = Some(e.clone());
             }
         }
     }
+}
+
+/// A record dropped from the queue because its transaction failed.
+fn is_purge(e: &KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight)
+    )
 }
 
 impl Reports {

@@ -150,7 +150,6 @@ fn a_duplicate_sequence_counts_as_delivered() {
     );
     send_n(&k, 10, 10);
     k.commit(b"{\"at\":2}").unwrap();
-    assert_eq!(k.checkpoint().unwrap().as_deref(), Some(&b"{\"at\":2}"[..]));
 }
 
 #[test]
