@@ -179,6 +179,23 @@ fn embedded_connector(pg: &PgServer, db: &str, dir: &std::path::Path, slot: &str
     c
 }
 
+/// Waits until the connector stored a streaming position in `t.offsets` (its snapshot is
+/// done): a kill before that snapshots again, which reads rows, not their changes.
+async fn wait_streaming(python: &PathBuf, brokers: &str, kc: &Connector) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while read_kafka(python, brokers, &["t.offsets"])
+        .iter()
+        .all(|(_, _, v)| v["type"] == "snapshot_incomplete")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no position stored\n{}",
+            kc.output()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 const SCHEMA: &str = "SET ROLE cdc; CREATE TABLE acct (id int PRIMARY KEY, owner text NOT NULL, balance bigint NOT NULL);
      INSERT INTO acct SELECT g, 'o' || g, g * 10 FROM generate_series(1, 50) g;";
 
@@ -353,18 +370,7 @@ async fn killed_mid_stream(transactions: bool) {
         &format!("transactions = {transactions}\n"),
     );
     kc.start();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while read_kafka(&python, &kafka.brokers(), &["t.offsets"])
-        .iter()
-        .all(|(_, _, v)| v["type"] == "snapshot_incomplete")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no position stored\n{}",
-            kc.output()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_streaming(&python, &kafka.brokers(), &kc).await;
     // Streaming (its empty snapshot done, the first transaction in Kafka) before the kills:
     // a kill before the snapshot's position is stored snapshots again, which reads the
     // rows' latest state instead of their changes.
@@ -483,18 +489,7 @@ async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() 
     let mut kc = kafka_connector(pg, &db, dir.path(), "k", &kafka.brokers(), "");
     kc.edit_config(|t| t.replace("kafka_timeout_ms = 10000", "kafka_timeout_ms = 2000"));
     kc.start();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while read_kafka(&python, &kafka.brokers(), &["t.offsets"])
-        .iter()
-        .all(|(_, _, v)| v["type"] == "snapshot_incomplete")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no position stored\n{}",
-            kc.output()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_streaming(&python, &kafka.brokers(), &kc).await;
     // 40 transactions of 20 inserts, 50 ms apart; the broker is down for 3 s among them.
     let writer = {
         let db = db.clone();
