@@ -48,34 +48,14 @@ pub struct NoidaElasticsearch {
 impl NoidaElasticsearch {
     /// Starts a fresh emulator (milliseconds).
     pub fn start() -> Result<NoidaElasticsearch> {
-        let bin = noida_bin()?;
         // Ctrl-C is its documented way to stop a foreground server.
         let inst = Instance::create("noida", None, libc::SIGINT)?;
-        let dir = inst.dir().to_path_buf();
-        let log_path = dir.join("noida.log");
         for _ in 0..PORT_ATTEMPTS {
             let port = process::free_port()?;
-            let log = fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)?;
-            let mut cmd = Command::new(&bin);
-            cmd.current_dir(&dir)
-                .arg("start")
-                .arg("--data-dir")
-                .arg(dir.join("data"))
-                .args(["--host", "127.0.0.1"])
-                .args(["--only", "elasticsearch"])
-                .args(["--elasticsearch-port", &port.to_string()])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log);
-            inst.set_child(process::spawn(cmd)?);
-            if process::wait_ready(
+            if spawn_api(
                 &inst,
-                "noida-db",
-                &log_path,
-                START_TIMEOUT,
+                "elasticsearch",
+                port,
                 || matches!(get(port, "/"), Some((200, b)) if b.contains("You Know, for Search")),
             )? {
                 return Ok(NoidaElasticsearch { inst, port });
@@ -140,26 +120,7 @@ impl NoidaKafka {
 
     /// Runs the broker on `port` with the instance's data directory; false on a port clash.
     fn spawn(inst: &Arc<Instance>, port: u16) -> Result<bool> {
-        let bin = noida_bin()?;
-        let dir = inst.dir().to_path_buf();
-        let log_path = dir.join("noida.log");
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)?;
-        let mut cmd = Command::new(&bin);
-        cmd.current_dir(&dir)
-            .arg("start")
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--host", "127.0.0.1"])
-            .args(["--only", "kafka"])
-            .args(["--kafka-port", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        inst.set_child(process::spawn(cmd)?);
-        process::wait_ready(inst, "noida-db", &log_path, START_TIMEOUT, || {
+        spawn_api(inst, "kafka", port, || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
         })
     }
@@ -201,4 +162,35 @@ impl Drop for NoidaKafka {
     fn drop(&mut self) {
         let _ = self.inst.shutdown();
     }
+}
+
+/// Runs the emulator in `inst`'s directory (data in `data/`, output in `noida.log`) serving
+/// only `api` (`elasticsearch`, `kafka`) on `port`, until `ready`; false on a port clash.
+fn spawn_api(
+    inst: &Arc<Instance>,
+    api: &str,
+    port: u16,
+    ready: impl FnMut() -> bool,
+) -> Result<bool> {
+    let bin = noida_bin()?;
+    let dir = inst.dir().to_path_buf();
+    let log_path = dir.join("noida.log");
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let mut cmd = Command::new(&bin);
+    cmd.current_dir(&dir)
+        .arg("start")
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--host", "127.0.0.1"])
+        .args(["--only", api])
+        .arg(format!("--{api}-port"))
+        .arg(port.to_string())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    inst.set_child(process::spawn(cmd)?);
+    process::wait_ready(inst, "noida-db", &log_path, START_TIMEOUT, ready)
 }
