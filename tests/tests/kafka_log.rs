@@ -1,7 +1,8 @@
 //! Kafka as the log, end to end through the shipped CLI (`cdc-e2e run`) against a real
 //! Kafka-protocol broker started by the harness (noida-db's Kafka API: it filters aborted
 //! transactions for `read_committed` consumers, which tansu does not), read back with
-//! Confluent's Python client (tests/kafka-clients/read_topics.py):
+//! Confluent's Python client (tests/kafka-clients/read_topics.py) and, for the records'
+//! comparison, Apache Kafka's Java client too (tests/kafka-clients/ReadTopics.java):
 //!
 //! - the records a connector writes to Kafka are the ones a connector on the same changes
 //!   writes to the embedded log: same keys, values (but the processing time `ts_ms` /
@@ -93,8 +94,58 @@ fn read_kafka(python: &PathBuf, brokers: &str, topics: &[&str]) -> Vec<(String, 
         "read_topics.py failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    parse_read(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The jars and classes of tests/registry-clients/setup-java.sh, with the Java reader
+/// (None: skip the Java reading, saying why).
+fn java_reader() -> Option<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("registry-clients");
+    let out = Command::new("bash")
+        .arg(dir.join("setup-java.sh"))
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "SKIP (Java reader): tests/registry-clients/setup-java.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
     String::from_utf8_lossy(&out.stdout)
         .lines()
+        .last()
+        .map(|l| PathBuf::from(l.trim()))
+}
+
+/// `topics` read back with Apache Kafka's Java client (`read_committed`,
+/// tests/kafka-clients/ReadTopics.java).
+fn read_kafka_java(
+    java: &std::path::Path,
+    brokers: &str,
+    topics: &[&str],
+) -> Vec<(String, Seen, Json)> {
+    let cp = format!(
+        "{}/*:{}",
+        java.join("libs").display(),
+        java.join("classes").display()
+    );
+    let out = Command::new("java")
+        .args(["-cp", &cp, "ReadTopics", brokers])
+        .args(topics)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ReadTopics failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_read(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The JSON lines both readers print.
+fn parse_read(text: &str) -> Vec<(String, Seen, Json)> {
+    text.lines()
         .map(|l| {
             let r: Json = serde_json::from_str(l).unwrap();
             let value: Option<Json> = r["value"]
@@ -297,6 +348,18 @@ async fn records_in_kafka_are_the_embedded_logs_and_the_position_is_in_kafka() {
         "Kafka's records differ from the embedded log's\n{}",
         kc.output()
     );
+    // Apache Kafka's Java consumer reads the same records.
+    if let Some(java) = java_reader() {
+        let by_java: Vec<Seen> = read_kafka_java(&java, &kafka.brokers(), &[TOPIC])
+            .into_iter()
+            .map(|(_, s, _)| s)
+            .collect();
+        assert_eq!(
+            per(&by_java),
+            per(&got),
+            "the Java consumer reads other records"
+        );
+    }
     // The truncate went to every partition, each copy saying so.
     let truncates: Vec<&Seen> = got
         .iter()
