@@ -1,5 +1,6 @@
 //! The schema history over the embedded log: [`LogHistoryStore`], the
-//! [`SchemaHistoryStore`] `cdc run` hands to the source (`SourceContext::history`).
+//! [`SchemaHistoryStore`] `cdc run` hands to the source (`SourceContext::history`); with
+//! `[log] type = "kafka"`, [`KafkaHistoryStore`] (a Kafka topic) instead.
 //!
 //! Layout, modelled on the embedded registry's `_schemas` (see
 //! `connector/registry/src/embedded/persist.rs` and `pipeline/registry.rs`):
@@ -164,6 +165,71 @@ impl SchemaHistoryStore for LogHistoryStore {
             .flush(None)
             .map_err(|e| history_error("flushing the schema history", e))?;
         Ok(())
+    }
+}
+
+/// The schema history in Kafka (`[log] type = "kafka"`): `<name>.schema-history`
+/// ([`cdc_kafka::KafkaHistory`]), connected on first use, so that a broker not reachable
+/// yet is a transient error of the source's attempt (retried with it), not of start-up.
+pub struct KafkaHistoryStore {
+    settings: cdc_kafka::KafkaSettings,
+    name: String,
+    history: Mutex<Option<cdc_kafka::KafkaHistory>>,
+}
+
+impl KafkaHistoryStore {
+    pub fn new(settings: cdc_kafka::KafkaSettings, name: &str) -> KafkaHistoryStore {
+        KafkaHistoryStore {
+            settings,
+            name: name.to_string(),
+            history: Mutex::new(None),
+        }
+    }
+
+    fn with<T>(
+        &self,
+        what: &str,
+        f: impl FnOnce(&cdc_kafka::KafkaHistory) -> Result<T, cdc_kafka::KafkaLogError>,
+    ) -> Result<T, HistoryError> {
+        let mut h = self.history.lock().unwrap_or_else(|p| p.into_inner());
+        if h.is_none() {
+            *h = Some(
+                cdc_kafka::KafkaHistory::connect(&self.settings, &self.name).map_err(|e| {
+                    kafka_history_error("connecting to the schema history topic", e)
+                })?,
+            );
+        }
+        let r = f(h.as_ref().expect("connected"));
+        if r.is_err() {
+            // A fresh producer for the next try.
+            *h = None;
+        }
+        r.map_err(|e| kafka_history_error(what, e))
+    }
+}
+
+fn kafka_history_error(what: &str, e: cdc_kafka::KafkaLogError) -> HistoryError {
+    let detail = format!("{what}: {e}");
+    if e.is_transient() {
+        HistoryError::transient(detail).caused_by(e)
+    } else {
+        HistoryError::definite(
+            detail,
+            "see the Kafka error above; the history is the topic <name>.schema-history",
+        )
+        .caused_by(e)
+    }
+}
+
+impl SchemaHistoryStore for KafkaHistoryStore {
+    fn load(&self) -> Result<Vec<Vec<u8>>, HistoryError> {
+        self.with("reading the schema history from Kafka", |h| h.load())
+    }
+
+    fn append(&self, record: &[u8]) -> Result<(), HistoryError> {
+        self.with("appending to the schema history in Kafka", |h| {
+            h.append(record)
+        })
     }
 }
 

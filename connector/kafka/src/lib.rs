@@ -13,17 +13,22 @@
 //!   replication factor and topic configs; an existing topic with another partition count
 //!   is a definite error (keys would move to other partitions).
 //!
+//! - The MySQL schema history ([`KafkaHistory`]): `<name>.schema-history`, a topic that
+//!   never deletes a record, written by its own non-transactional producer.
+//!
 //! Errors ([`KafkaLogError`]) say whether a retry can succeed: an unreachable broker or
 //! an aborted transaction is transient (the pipeline restarts from the position in Kafka,
 //! the source resends what was not committed); a fenced producer, a refused
 //! authentication or a topic with the wrong partition count is definite.
 
 mod error;
+mod history;
 mod log;
 mod offsets;
 mod settings;
 mod topics;
 
 pub use error::KafkaLogError;
+pub use history::{history_topic, KafkaHistory};
 pub use log::{offsets_topic, KafkaLog, OutRecord};
 pub use settings::{KafkaSettings, TopicSpec};

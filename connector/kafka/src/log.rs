@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::admin::AdminClient;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
@@ -89,7 +88,7 @@ fn is_purge(e: &KafkaError) -> bool {
 }
 
 impl Reports {
-    fn take(&self) -> Option<KafkaError> {
+    pub(crate) fn take(&self) -> Option<KafkaError> {
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }
@@ -116,7 +115,7 @@ pub struct KafkaLog {
     /// Polled by whoever calls in (no poll thread of its own): delivery reports are
     /// served as records are sent and while a commit waits, never raced for.
     producer: BaseProducer<Reports>,
-    pub(crate) admin: AdminClient<Reports>,
+    pub(crate) admin: crate::topics::Admin,
     pub(crate) settings: KafkaSettings,
     /// `<name>.offsets` and the key of this connector's position in it.
     offsets_topic: String,
@@ -143,10 +142,7 @@ impl KafkaLog {
             .producer()
             .create_with_context(Reports::default())
             .map_err(KafkaLogError::Config)?;
-        let admin: AdminClient<Reports> = settings
-            .admin()
-            .create_with_context(Reports::default())
-            .map_err(KafkaLogError::Config)?;
+        let admin = crate::topics::Admin::new(&settings)?;
         let log = KafkaLog {
             producer,
             admin,
@@ -158,6 +154,7 @@ impl KafkaLog {
         };
         // Reachable at all (a clear error instead of a hang in init_transactions).
         log.admin
+            .admin
             .inner()
             .fetch_metadata(None, log.settings.timeout)
             .map_err(|e| KafkaLogError::from_kafka("metadata request", e, &tid))?;

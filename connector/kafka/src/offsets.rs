@@ -58,7 +58,7 @@ impl KafkaLog {
 
 /// The reader's context: the end of the partition is what it waits for, not an error
 /// worth a log line (librdkafka also reports it as a global error).
-struct QuietEof;
+pub(crate) struct QuietEof;
 
 impl ClientContext for QuietEof {
     fn error(&self, error: KafkaError, reason: &str) {

@@ -1,5 +1,5 @@
 //! Topic administration: each topic the connector writes is checked (or created) once
-//! per producer, before its first record.
+//! per producer, before its first record ([`Admin`], which [`KafkaLog`] holds).
 
 use std::time::{Duration, Instant};
 
@@ -7,10 +7,42 @@ use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
 use rdkafka::error::RDKafkaErrorCode;
 
 use crate::error::KafkaLogError;
-use crate::log::KafkaLog;
+use rdkafka::admin::AdminClient;
+
+use crate::log::{KafkaLog, Reports};
+use crate::settings::KafkaSettings;
 use crate::settings::TopicSpec;
 
+/// An admin client of the cluster and the settings it was made with.
+pub(crate) struct Admin {
+    pub(crate) admin: AdminClient<Reports>,
+    pub(crate) settings: KafkaSettings,
+}
+
 impl KafkaLog {
+    /// See [`Admin::ensure_topic`].
+    pub fn ensure_topic(&self, name: &str, spec: &TopicSpec) -> Result<u32, KafkaLogError> {
+        self.admin.ensure_topic(name, spec)
+    }
+
+    /// See [`Admin::topics_with_records`].
+    pub fn topics_with_records(&self, topics: &[String]) -> Result<Vec<String>, KafkaLogError> {
+        self.admin.topics_with_records(topics)
+    }
+}
+
+impl Admin {
+    /// An admin client for `settings`' cluster.
+    pub(crate) fn new(settings: &KafkaSettings) -> Result<Admin, KafkaLogError> {
+        Ok(Admin {
+            admin: settings
+                .admin()
+                .create_with_context(Reports::default())
+                .map_err(KafkaLogError::Config)?,
+            settings: settings.clone(),
+        })
+    }
+
     /// The partition count of topic `name`, which is created with `spec` if it does not
     /// exist. An existing topic with another partition count than `spec`'s is a definite
     /// error: the pipeline places keys by the configured count. Blocking.
@@ -104,7 +136,7 @@ fn check(name: &str, actual: u32, spec: &TopicSpec) -> Result<u32, KafkaLogError
     Ok(actual)
 }
 
-impl KafkaLog {
+impl Admin {
     /// Which of `topics` exist and hold records (a high watermark above its low one in
     /// some partition). Blocking.
     pub fn topics_with_records(&self, topics: &[String]) -> Result<Vec<String>, KafkaLogError> {

@@ -245,6 +245,12 @@ pub async fn run(config: Config) -> ExitCode {
     let mut history_log: Option<Log> = None;
     let history: Option<Arc<dyn SchemaHistoryStore>> = match connector_kind {
         ConnectorKind::Postgres => None,
+        _ if config.log.kind == LogKind::Kafka => {
+            Some(Arc::new(crate::history::KafkaHistoryStore::new(
+                config.log.kafka_settings(&config.name),
+                &config.name,
+            )))
+        }
         _ => {
             let dir = crate::history::history_dir(&config.log.dir);
             match crate::history::LogHistoryStore::open_dir(&dir, &config.name) {
