@@ -19,6 +19,11 @@
 //! merged by timestamp; with `--follow`, new records of any partition print as they
 //! become durable.
 //!
+//! With `--config` of a Kafka log (`[log] type = "kafka"`), `topics`, `describe`
+//! (partitions, log start and high watermark) and `tail` (committed records, the same
+//! lines; no `--follow`) read the cluster instead; the other commands say to use Kafka's
+//! own tools.
+//!
 //! Exit codes: 0 success, 1 the operation failed (unknown topic, out-of-range offset, log
 //! in use, I/O), 2 bad command line or configuration.
 
@@ -147,11 +152,9 @@ pub fn run(target: LogTarget, cmd: LogCommand) -> ExitCode {
 fn log_dir(target: &LogTarget) -> Result<(PathBuf, Option<crate::config::LogConfig>), Failure> {
     match (&target.data_dir, &target.config) {
         (Some(d), _) => Ok((d.clone(), None)),
-        (None, Some(c)) => {
-            let c = crate::config::Config::load(c).map_err(|e| usage(e.to_string()))?;
-            c.log.embedded_only("cdc log").map_err(usage)?;
-            Ok((c.log.dir.clone(), Some(c.log)))
-        }
+        (None, Some(c)) => crate::config::Config::load(c)
+            .map(|c| (c.log.dir.clone(), Some(c.log)))
+            .map_err(|e| usage(e.to_string())),
         (None, None) => Err(usage(
             "say where the log is: --data-dir DIR or --config FILE (uses [log] dir)",
         )),
@@ -184,6 +187,12 @@ fn open_writer(
 }
 
 fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
+    if let (None, Some(c)) = (&target.data_dir, &target.config) {
+        let config = crate::config::Config::load(c).map_err(|e| usage(e.to_string()))?;
+        if config.log.kind == crate::config::LogKind::Kafka {
+            return kafka(&config, cmd);
+        }
+    }
     let (dir, log_config) = log_dir(&target)?;
     match cmd {
         LogCommand::Topics => {
@@ -320,6 +329,117 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
             println!("deleted group {group}");
             Ok(())
         }
+    }
+}
+
+/// `cdc log` on a configuration whose log is Kafka: `topics`, `describe` (partitions and
+/// their watermarks) and `tail` (committed records, without `--follow`) read the cluster;
+/// the rest are the embedded log's and Kafka's own tools do them.
+fn kafka(config: &crate::config::Config, cmd: LogCommand) -> Result<(), Failure> {
+    let settings = config.log.kafka_settings(&config.name);
+    let failed = |e| kafka_failure(&settings.brokers, e);
+    let reader = cdc_kafka::KafkaReader::connect(&settings).map_err(failed)?;
+    match cmd {
+        LogCommand::Topics => {
+            for (t, n) in reader.topics().map_err(failed)? {
+                println!("{t}\t{n}");
+            }
+            Ok(())
+        }
+        LogCommand::Describe { topic } => {
+            let Some(parts) = reader.describe(&topic).map_err(failed)? else {
+                return Err(Failure(1, format!("unknown topic {topic:?} in Kafka")));
+            };
+            println!("Topic: {topic}\tPartitions: {}", parts.len());
+            println!("PARTITION\tLOG-START\tHIGH-WATERMARK");
+            for p in parts {
+                println!("{}\t{}\t{}", p.partition, p.low, p.high);
+            }
+            Ok(())
+        }
+        LogCommand::Tail {
+            topic,
+            partition,
+            offset,
+            from_beginning: _,
+            since,
+            follow,
+            max,
+        } => {
+            if follow {
+                return Err(usage(
+                    "--follow is the embedded log's; on Kafka use a consumer (kcat -C, kafka-console-consumer)",
+                ));
+            }
+            let from = match (offset, since) {
+                (Some(o), _) => cdc_kafka::ReadFrom::Offset(o),
+                (None, Some(t)) => cdc_kafka::ReadFrom::Timestamp(
+                    parse_time(&t, cdc_log::now_ms()).map_err(usage)?,
+                ),
+                (None, None) => cdc_kafka::ReadFrom::Earliest,
+            };
+            let Some(parts) = reader.describe(&topic).map_err(failed)? else {
+                return Err(Failure(1, format!("unknown topic {topic:?} in Kafka")));
+            };
+            let n = parts.len() as u32;
+            let parts: Vec<u32> = match partition {
+                Some(p) if p >= n => {
+                    return Err(Failure(
+                        1,
+                        format!("topic {topic:?} has {n} partitions; partition {p} does not exist"),
+                    ))
+                }
+                Some(p) => vec![p],
+                None => (0..n).collect(),
+            };
+            let stdout = std::io::stdout();
+            let mut err = None;
+            reader
+                .read(&topic, &parts, from, max.unwrap_or(u64::MAX), |r| {
+                    let mut headers = Map::new();
+                    for (k, v) in &r.headers {
+                        headers.insert(k.to_string(), decode_bytes(*v));
+                    }
+                    let line = json!({
+                        "partition": r.partition,
+                        "offset": r.offset,
+                        "timestamp": r.timestamp,
+                        "key": decode_bytes(r.key),
+                        "value": decode_bytes(r.value),
+                        "headers": headers,
+                    });
+                    match writeln!(stdout.lock(), "{line}") {
+                        Ok(()) => true,
+                        Err(e) => {
+                            err = Some(e);
+                            false
+                        }
+                    }
+                })
+                .map_err(failed)?;
+            match err {
+                Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(Failure(1, format!("writing to stdout: {e}")))
+                }
+                _ => Ok(()),
+            }
+        }
+        _ => Err(usage(
+            "on a Kafka log `cdc log` has topics, describe and tail; produce and the group commands are Kafka's own tools' (kcat, kafka-consumer-groups)",
+        )),
+    }
+}
+
+/// A Kafka error of `cdc log`: one that a retry could fix says where it tried.
+fn kafka_failure(brokers: &str, e: cdc_kafka::KafkaLogError) -> Failure {
+    match e {
+        cdc_kafka::KafkaLogError::Transient { what, source } => Failure(
+            1,
+            format!(
+                "Kafka {what} failed: {source}; check [log] brokers ({brokers}) and that the cluster is reachable"
+            ),
+        ),
+        e => Failure(1, e.to_string()),
     }
 }
 

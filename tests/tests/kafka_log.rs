@@ -195,6 +195,43 @@ async fn records_in_kafka_are_the_embedded_logs_and_the_position_is_in_kafka() {
             "the Java consumer reads other records"
         );
     }
+    // `cdc log` on the Kafka configuration reads the cluster.
+    let cdc_log = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+            .arg("log")
+            .args(args)
+            .arg("--config")
+            .arg(&kc.config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cdc log {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(cdc_log(&["topics"])
+        .lines()
+        .any(|l| l == format!("{TOPIC}\t3")));
+    assert!(cdc_log(&["describe", TOPIC]).contains("Partitions: 3"));
+    let tailed: Vec<(Option<String>, Option<String>)> =
+        cdc_log(&["tail", TOPIC, "--partition", "1"])
+            .lines()
+            .map(|l| {
+                let r: Json = serde_json::from_str(l).unwrap();
+                (
+                    (!r["key"].is_null()).then(|| r["key"].to_string()),
+                    (!r["value"].is_null()).then(|| masked(&r["value"])),
+                )
+            })
+            .collect();
+    let want_1: Vec<(Option<String>, Option<String>)> = got
+        .iter()
+        .filter(|s| s.partition == 1)
+        .map(|s| (s.key.clone(), s.value.clone()))
+        .collect();
+    assert_eq!(tailed, want_1, "cdc log tail of partition 1");
     // The truncate went to every partition, each copy saying so.
     let truncates: Vec<&Seen> = got
         .iter()
@@ -539,20 +576,17 @@ fn kafka_keys_of_the_wrong_kind_are_named() {
         assert_eq!(out.status.code(), Some(2), "{log}: {err}");
         assert!(err.contains(key), "{log}: {err}");
     }
-    // `cdc log` reads the embedded log: on a Kafka config it says so.
+    // `cdc log`'s group commands are the embedded log's: on a Kafka config they say so.
     let c = Connector::with_config(
         dir.path(),
         &format!("name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1:1/d\"\n[log]\ndir = \"{}\"\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n", dir.path().join("log").display()),
     );
     let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
-        .args(["log", "topics", "--config"])
+        .args(["log", "groups", "--config"])
         .arg(&c.config)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("writes to Kafka") && err.contains("kcat"),
-        "{err}"
-    );
+    assert!(err.contains("kafka-consumer-groups"), "{err}");
 }

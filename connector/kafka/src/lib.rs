@@ -25,10 +25,12 @@ mod error;
 mod history;
 mod log;
 mod offsets;
+mod read;
 mod settings;
 mod topics;
 
 pub use error::KafkaLogError;
 pub use history::{history_topic, KafkaHistory};
 pub use log::{offsets_topic, KafkaLog, OutRecord};
+pub use read::{KafkaReader, ReadFrom, ReadRecord, Watermarks};
 pub use settings::{KafkaSettings, TopicSpec};
