@@ -60,15 +60,27 @@ pub fn topic_config() -> TopicConfig {
 }
 
 fn history_error(what: &str, e: LogError) -> HistoryError {
+    let transient = e.is_transient();
+    classified(
+        what,
+        e,
+        transient,
+        "see the log error above; the history log is the directory `history` under [log] dir",
+    )
+}
+
+/// `e` while doing `what`, transient or definite (with `fix`), kept as the cause.
+fn classified(
+    what: &str,
+    e: impl std::error::Error + Send + Sync + 'static,
+    transient: bool,
+    fix: &str,
+) -> HistoryError {
     let detail = format!("{what}: {e}");
-    if e.is_transient() {
+    if transient {
         HistoryError::transient(detail).caused_by(e)
     } else {
-        HistoryError::definite(
-            detail,
-            "see the log error above; the history log is the directory `history` under [log] dir",
-        )
-        .caused_by(e)
+        HistoryError::definite(detail, fix).caused_by(e)
     }
 }
 
@@ -209,16 +221,13 @@ impl KafkaHistoryStore {
 }
 
 fn kafka_history_error(what: &str, e: cdc_kafka::KafkaLogError) -> HistoryError {
-    let detail = format!("{what}: {e}");
-    if e.is_transient() {
-        HistoryError::transient(detail).caused_by(e)
-    } else {
-        HistoryError::definite(
-            detail,
-            "see the Kafka error above; the history is the topic <name>.schema-history",
-        )
-        .caused_by(e)
-    }
+    let transient = e.is_transient();
+    classified(
+        what,
+        e,
+        transient,
+        "see the Kafka error above; the history is the topic <name>.schema-history",
+    )
 }
 
 impl SchemaHistoryStore for KafkaHistoryStore {

@@ -381,33 +381,19 @@ fn kafka(config: &crate::config::Config, cmd: LogCommand) -> Result<(), Failure>
             let Some(parts) = reader.describe(&topic).map_err(failed)? else {
                 return Err(Failure(1, format!("unknown topic {topic:?} in Kafka")));
             };
-            let n = parts.len() as u32;
-            let parts: Vec<u32> = match partition {
-                Some(p) if p >= n => {
-                    return Err(Failure(
-                        1,
-                        format!("topic {topic:?} has {n} partitions; partition {p} does not exist"),
-                    ))
-                }
-                Some(p) => vec![p],
-                None => (0..n).collect(),
-            };
+            let parts = partitions_to_read(&topic, parts.len() as u32, partition)?;
             let stdout = std::io::stdout();
             let mut err = None;
             reader
                 .read(&topic, &parts, from, max.unwrap_or(u64::MAX), |r| {
-                    let mut headers = Map::new();
-                    for (k, v) in &r.headers {
-                        headers.insert(k.to_string(), decode_bytes(*v));
-                    }
-                    let line = json!({
-                        "partition": r.partition,
-                        "offset": r.offset,
-                        "timestamp": r.timestamp,
-                        "key": decode_bytes(r.key),
-                        "value": decode_bytes(r.value),
-                        "headers": headers,
-                    });
+                    let line = line_json(
+                        r.partition,
+                        r.offset,
+                        json!(r.timestamp),
+                        r.key,
+                        r.value,
+                        r.headers.iter().copied(),
+                    );
                     match writeln!(stdout.lock(), "{line}") {
                         Ok(()) => true,
                         Err(e) => {
@@ -488,20 +474,7 @@ fn tail(
     follow: bool,
     max: Option<u64>,
 ) -> Result<(), Failure> {
-    let t = log.topic(topic)?;
-    let parts: Vec<u32> = match partition {
-        Some(p) if p >= t.partitions() => {
-            return Err(Failure(
-                1,
-                format!(
-                    "topic {topic:?} has {} partitions; partition {p} does not exist",
-                    t.partitions()
-                ),
-            ))
-        }
-        Some(p) => vec![p],
-        None => (0..t.partitions()).collect(),
-    };
+    let parts = partitions_to_read(topic, log.topic(topic)?.partitions(), partition)?;
     let mut readers = Vec::new();
     for p in parts {
         readers.push(log.reader(topic, p, start)?);
@@ -556,18 +529,49 @@ fn tail(
 
 /// One `tail` line.
 pub fn record_json(partition: u32, rec: &RecordView<'_>) -> Value {
-    let mut headers = Map::new();
-    for (k, v) in rec.headers() {
-        headers.insert(k.to_string(), decode_bytes(v));
-    }
+    line_json(
+        partition,
+        rec.offset,
+        json!(rec.timestamp),
+        rec.key,
+        rec.value,
+        rec.headers(),
+    )
+}
+
+/// A `tail` line of a record of either log.
+fn line_json<'a>(
+    partition: u32,
+    offset: u64,
+    timestamp: Value,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
+) -> Value {
+    let headers: Map<String, Value> = headers
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), decode_bytes(v)))
+        .collect();
     json!({
         "partition": partition,
-        "offset": rec.offset,
-        "timestamp": rec.timestamp,
-        "key": decode_bytes(rec.key),
-        "value": decode_bytes(rec.value),
+        "offset": offset,
+        "timestamp": timestamp,
+        "key": decode_bytes(key),
+        "value": decode_bytes(value),
         "headers": headers,
     })
+}
+
+/// The partitions `tail` reads: `partition` (checked against the topic's `n`), or all.
+fn partitions_to_read(topic: &str, n: u32, partition: Option<u32>) -> Result<Vec<u32>, Failure> {
+    match partition {
+        Some(p) if p >= n => Err(Failure(
+            1,
+            format!("topic {topic:?} has {n} partitions; partition {p} does not exist"),
+        )),
+        Some(p) => Ok(vec![p]),
+        None => Ok((0..n).collect()),
+    }
 }
 
 /// JSON if the bytes are JSON, else a UTF-8 string, else `{"base64": "..."}`.
@@ -728,20 +732,7 @@ fn reset_group(
     partition: Option<u32>,
     to: StartAt,
 ) -> Result<(), Failure> {
-    let t = log.topic(topic)?;
-    let parts: Vec<u32> = match partition {
-        Some(p) if p >= t.partitions() => {
-            return Err(Failure(
-                1,
-                format!(
-                    "topic {topic:?} has {} partitions; partition {p} does not exist",
-                    t.partitions()
-                ),
-            ))
-        }
-        Some(p) => vec![p],
-        None => (0..t.partitions()).collect(),
-    };
+    let parts = partitions_to_read(topic, log.topic(topic)?.partitions(), partition)?;
     let describe = log.describe(topic)?;
     let mut offsets = Vec::new();
     for p in parts {

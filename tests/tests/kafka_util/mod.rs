@@ -9,16 +9,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
-/// The Python with confluent-kafka (None: skip, saying why).
-pub fn python() -> Option<PathBuf> {
+/// Runs tests/registry-clients/`script` (it installs a client, cached) and returns the
+/// path it prints last (None: skip that client, saying why).
+fn setup(script: &str) -> Option<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("registry-clients");
-    let out = Command::new("bash")
-        .arg(dir.join("setup-python.sh"))
-        .output()
-        .ok()?;
+    let out = Command::new("bash").arg(dir.join(script)).output().ok()?;
     if !out.status.success() {
         eprintln!(
-            "SKIP: tests/registry-clients/setup-python.sh failed: {}",
+            "SKIP: tests/registry-clients/{script} failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
         return None;
@@ -27,6 +25,11 @@ pub fn python() -> Option<PathBuf> {
         .lines()
         .last()
         .map(|l| PathBuf::from(l.trim()))
+}
+
+/// The Python with confluent-kafka (None: skip, saying why).
+pub fn python() -> Option<PathBuf> {
+    setup("setup-python.sh")
 }
 
 /// One record as a consumer sees it, the processing time masked.
@@ -78,22 +81,7 @@ pub fn read_kafka(python: &PathBuf, brokers: &str, topics: &[&str]) -> Vec<(Stri
 /// The jars and classes of tests/registry-clients/setup-java.sh, with the Java reader
 /// (None: skip the Java reading, saying why).
 pub fn java_reader() -> Option<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("registry-clients");
-    let out = Command::new("bash")
-        .arg(dir.join("setup-java.sh"))
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "SKIP (Java reader): tests/registry-clients/setup-java.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return None;
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .last()
-        .map(|l| PathBuf::from(l.trim()))
+    setup("setup-java.sh")
 }
 
 /// `topics` read back with Apache Kafka's Java client (`read_committed`,
