@@ -118,12 +118,17 @@ EOF
     # Redis's own CPU (user + sys) for each drain: INFO cpu before and after it (it counts
     # since the server started, so only the difference is one drain's).
     rcpu() { redis-cli -p "$port" info cpu | awk -F: '/^used_cpu_(user|sys):/ {s += $2} END {print s}'; }
-    c0=$(rcpu)
-    start=$(date +%s.%N)
-    redis-cli -p "$port" --pipe <"$work/commands.resp" >"$work/pipe.out"
-    end=$(date +%s.%N)
-    c1=$(rcpu)
-    python3 -c "import sys; w=float(sys.argv[2])-float(sys.argv[1]); print(f'limit_redis_cli_pipe\t{w:.2f} s\t$records\t{int($records/w)}/s\tredis cpu {float(sys.argv[4])-float(sys.argv[3]):.2f} s')" "$start" "$end" "$c0" "$c1"
+    # Times `redis-cli --pipe` of a RESP file; prints label, wall, rate, Redis's CPU.
+    time_pipe() { # label file
+      local c0 c1 start end
+      c0=$(rcpu)
+      start=$(date +%s.%N)
+      redis-cli -p "$port" --pipe <"$2" >"$2.out"
+      end=$(date +%s.%N)
+      c1=$(rcpu)
+      python3 -c "import sys; w=float(sys.argv[2])-float(sys.argv[1]); print(f'$1\t{w:.2f} s\t$records\t{int($records/w)}/s\tredis cpu {float(sys.argv[4])-float(sys.argv[3]):.2f} s')" "$start" "$end" "$c0" "$c1"
+    }
+    time_pipe limit_redis_cli_pipe "$work/commands.resp"
     keys_limit=$(redis-cli -p "$port" dbsize)
     redis-cli -p "$port" flushall >/dev/null
     config "type = \"redis\"
@@ -150,12 +155,7 @@ prefix = \"bench\""
       python3 "$repo/tests/bench/monitor_to_resp.py" <"$work/monitor.txt" >"$work/same.resp"
       rm -f "$work/monitor.txt"
       redis-cli -p "$port" flushall >/dev/null
-      c0=$(rcpu)
-      start=$(date +%s.%N)
-      redis-cli -p "$port" --pipe <"$work/same.resp" >"$work/pipe-same.out"
-      end=$(date +%s.%N)
-      c1=$(rcpu)
-      python3 -c "import sys; w=float(sys.argv[2])-float(sys.argv[1]); print(f'limit_redis_cli_pipe_same_commands\t{w:.2f} s\t$records\t{int($records/w)}/s\tredis cpu {float(sys.argv[4])-float(sys.argv[3]):.2f} s')" "$start" "$end" "$c0" "$c1"
+      time_pipe limit_redis_cli_pipe_same_commands "$work/same.resp"
       echo "keys after the same commands: $(redis-cli -p "$port" dbsize)"
     fi
     ;;
