@@ -275,11 +275,13 @@ impl Config {
             return Err(("log.dir".into(), "must not be empty".into()));
         }
         self.log.topic_config()?;
-        if self.log.kind == LogKind::Kafka && !self.sinks.is_empty() {
-            return Err((
-                "sink".into(),
-                "sinks read the embedded log, and [log] type = \"kafka\" writes nothing there: reading Kafka is not built into the sinks yet. Run the sinks with a connector writing the embedded log, or consume the Kafka topics with a Kafka consumer".into(),
-            ));
+        if self.log.kind == LogKind::Kafka {
+            if let Some(s) = self.sinks.iter().find(|s| s.retention_is_set()) {
+                return Err((
+                    format!("{}.retention", s.path),
+                    "applies to the embedded log: with [log] type = \"kafka\" the cluster's topic retention decides what a lagging sink may miss (retention.ms, retention.bytes on the topics): remove it".into(),
+                ));
+            }
         }
         self.snapshot.validate()?;
         self.validate_pipeline()?;

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod history;
+pub mod kafka_consumer;
 pub mod log_cmd;
 pub mod log_consumer;
 pub mod logging;

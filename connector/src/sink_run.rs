@@ -27,7 +27,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::Instrument as _;
 
-use crate::config::Config;
+use crate::config::{Config, LogKind};
+use crate::kafka_consumer::{KafkaConsumer, KafkaDeadLetters};
 use crate::log_consumer::{EmbeddedConsumer, TopicSelector};
 
 /// The directory of a sink's own files (its dead-letter log).
@@ -75,36 +76,11 @@ impl EmbeddedDeadLetters {
         for (r, why) in records {
             let partition = r.partition.to_string();
             let offset = r.offset.to_string();
-            let mut headers: Vec<HeaderRef<'_>> = r
-                .headers
-                .iter()
-                .map(|(k, v)| HeaderRef {
-                    key: k,
-                    value: v.as_deref(),
-                })
-                .collect();
-            headers.extend([
-                HeaderRef {
-                    key: dlq_headers::TOPIC,
-                    value: Some(r.topic.as_bytes()),
-                },
-                HeaderRef {
-                    key: dlq_headers::PARTITION,
-                    value: Some(partition.as_bytes()),
-                },
-                HeaderRef {
-                    key: dlq_headers::OFFSET,
-                    value: Some(offset.as_bytes()),
-                },
-                HeaderRef {
-                    key: dlq_headers::MESSAGE,
-                    value: Some(why.as_bytes()),
-                },
-                HeaderRef {
-                    key: dlq_headers::SINK,
-                    value: Some(self.sink.as_bytes()),
-                },
-            ]);
+            let headers: Vec<HeaderRef<'_>> =
+                dead_letter_headers(r, why, &self.sink, &partition, &offset)
+                    .into_iter()
+                    .map(|(key, value)| HeaderRef { key, value })
+                    .collect();
             topic.append(
                 0,
                 &[NewRecord {
@@ -118,6 +94,30 @@ impl EmbeddedDeadLetters {
         log.flush(None)?;
         Ok(())
     }
+}
+
+/// A dead letter's headers: the record's own, then Kafka Connect's error headers (where
+/// it came from, why it was refused, which sink refused it).
+pub fn dead_letter_headers<'a>(
+    r: &'a SinkRecord,
+    why: &'a str,
+    sink: &'a str,
+    partition: &'a str,
+    offset: &'a str,
+) -> Vec<(&'a str, Option<&'a [u8]>)> {
+    let mut headers: Vec<(&str, Option<&[u8]>)> = r
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_deref()))
+        .collect();
+    headers.extend([
+        (dlq_headers::TOPIC, Some(r.topic.as_bytes())),
+        (dlq_headers::PARTITION, Some(partition.as_bytes())),
+        (dlq_headers::OFFSET, Some(offset.as_bytes())),
+        (dlq_headers::MESSAGE, Some(why.as_bytes())),
+        (dlq_headers::SINK, Some(sink.as_bytes())),
+    ]);
+    headers
 }
 
 impl DeadLetters for EmbeddedDeadLetters {
@@ -150,16 +150,32 @@ pub async fn run_sink(
             return Ok(());
         }
         let attempt = async {
-            let log = open_log(&config.log.dir)?;
-            let consumer = new_consumer(&log, &spec)?;
-            let ctx = SinkContext {
-                consumer,
-                dead_letters: EmbeddedDeadLetters::new(&config.log.dir, &spec),
-                registry: registry.clone(),
-                metrics: metrics.clone(),
-                shutdown: shutdown.clone(),
-            };
-            cdc_sinks::run(&spec, ctx).await
+            match config.log.kind {
+                LogKind::Embedded => {
+                    let log = open_log(&config.log.dir)?;
+                    let ctx = SinkContext {
+                        consumer: new_consumer(&log, &spec)?,
+                        dead_letters: EmbeddedDeadLetters::new(&config.log.dir, &spec),
+                        registry: registry.clone(),
+                        metrics: metrics.clone(),
+                        shutdown: shutdown.clone(),
+                    };
+                    cdc_sinks::run(&spec, ctx).await
+                }
+                LogKind::Kafka => {
+                    let settings = config.log.kafka_settings(&config.name);
+                    let consumer =
+                        tokio::task::block_in_place(|| KafkaConsumer::connect(&settings, &spec))?;
+                    let ctx = SinkContext {
+                        consumer,
+                        dead_letters: KafkaDeadLetters::new(&settings, &spec),
+                        registry: registry.clone(),
+                        metrics: metrics.clone(),
+                        shutdown: shutdown.clone(),
+                    };
+                    cdc_sinks::run(&spec, ctx).await
+                }
+            }
         };
         match attempt.await {
             Ok(stats) => {

@@ -83,8 +83,8 @@ pub struct CommonSinkConfig {
     /// How the log's retention treats this sink: "protect" (default: retention keeps what
     /// it has not applied, within the disk budget) or "ignore" (retention deletes as if
     /// the sink did not exist; a sink that falls behind it misses changes and says so).
-    #[serde(default = "default_retention")]
-    pub retention: String,
+    #[serde(default)]
+    pub retention: Option<String>,
 }
 
 fn default_start() -> String {
@@ -92,9 +92,6 @@ fn default_start() -> String {
 }
 fn default_batch_bytes() -> usize {
     1 << 20
-}
-fn default_retention() -> String {
-    "protect".into()
 }
 
 /// A sink, fully configured.
@@ -162,10 +159,14 @@ impl SinkSpec {
                 format!("{:?}: use \"earliest\" or \"latest\"", c.start),
             ));
         }
-        if !matches!(c.retention.as_str(), "protect" | "ignore") {
+        if let Some(r) = c
+            .retention
+            .as_deref()
+            .filter(|r| !matches!(*r, "protect" | "ignore"))
+        {
             return Err((
                 self.key("retention"),
-                format!("{:?}: use \"protect\" or \"ignore\"", c.retention),
+                format!("{r:?}: use \"protect\" or \"ignore\""),
             ));
         }
         if !(1024..=(256 << 20)).contains(&c.batch_bytes) {
@@ -214,6 +215,11 @@ impl SinkSpec {
         !topic.starts_with('_')
             && !topic.starts_with("dlq.")
             && topic != self.dead_letter_topic()
+            // The connector's own topics in a Kafka log: its source position and the
+            // MySQL schema history are not changes.
+            && topic.strip_prefix(self.connector.as_str()).is_none_or(|rest| {
+                !matches!(rest, ".offsets" | ".schema-history")
+            })
             && self
                 .topic_patterns()
                 .iter()
@@ -225,7 +231,13 @@ impl SinkSpec {
     }
 
     pub fn protects_unread(&self) -> bool {
-        self.common.retention == "protect"
+        self.common.retention.as_deref().unwrap_or("protect") == "protect"
+    }
+
+    /// Whether `retention` is in the section (it only means something for the embedded
+    /// log).
+    pub fn retention_is_set(&self) -> bool {
+        self.common.retention.is_some()
     }
 
     pub fn starts_at_earliest(&self) -> bool {

@@ -28,6 +28,7 @@ mod noida;
 mod pg;
 mod process;
 mod redis;
+mod tansu;
 mod typesense;
 mod valkey;
 
@@ -42,6 +43,7 @@ pub use pg::{
 };
 pub use process::{instance_root, pid_is_running, server_processes_in, sweep_stale};
 pub use redis::{RedisOptions, RedisServer};
+pub use tansu::{tansu_bin, TansuKafka};
 pub use typesense::{search_http, typesense_bin, TypesenseServer, TYPESENSE_API_KEY};
 pub use valkey::{start_valkey, valkey_binary};
 

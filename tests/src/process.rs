@@ -228,7 +228,10 @@ pub(crate) fn free_port() -> Result<u16> {
 
 /// True when a server log says that its port was taken.
 pub(crate) fn is_port_clash(log: &str) -> bool {
-    log.contains("Address already in use") || log.contains("address already in use")
+    log.contains("Address already in use")
+        || log.contains("address already in use")
+        // tansu's panic on a taken port.
+        || log.contains("Address in use")
 }
 
 // ---------------------------------------------------------------------------------------

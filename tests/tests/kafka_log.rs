@@ -557,10 +557,10 @@ fn kafka_keys_of_the_wrong_kind_are_named() {
             "type = \"kafka\"\nbrokers = \"127.0.0.1:1\"\ndisk_budget_bytes = 1000000\n",
             "log.disk_budget_bytes",
         ),
-        // A sink would read the embedded log, which gets nothing.
+        // A sink's hold on the embedded log's retention means nothing to Kafka's.
         (
-            "type = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n[[sink]]\nname = \"r\"\ntype = \"redis\"\nurl = \"redis://127.0.0.1:1/0\"\n",
-            "sinks read the embedded log",
+            "type = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n[[sink]]\nname = \"r\"\ntype = \"redis\"\nurl = \"redis://127.0.0.1:1/0\"\nretention = \"protect\"\n",
+            "sink[0].retention",
         ),
     ] {
         let c = Connector::with_config(

@@ -15,11 +15,10 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminOptions, ResourceSpecifier};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use crate::append::{AppendRecord, KafkaAppender};
 use crate::error::KafkaLogError;
-use crate::log::Reports;
 use crate::settings::{KafkaSettings, TopicSpec};
 use crate::topics::Admin;
 
@@ -30,7 +29,7 @@ pub fn history_topic(name: &str) -> String {
 
 /// One connector's history in its topic.
 pub struct KafkaHistory {
-    producer: BaseProducer<Reports>,
+    writer: KafkaAppender,
     settings: KafkaSettings,
     topic: String,
     key: Vec<u8>,
@@ -40,12 +39,9 @@ impl KafkaHistory {
     /// Connects, creating the topic if missing; an existing one that may delete records
     /// (compaction, a retention bound) is a definite error. Blocking.
     pub fn connect(settings: &KafkaSettings, name: &str) -> Result<KafkaHistory, KafkaLogError> {
-        let mut settings = settings.clone();
-        // Its own producer, never transactional.
-        settings.transactions = false;
         let topic = history_topic(name);
-        let admin = Admin::new(&settings)?;
-        admin.ensure_topic(
+        let writer = KafkaAppender::connect(
+            settings,
             &topic,
             &TopicSpec {
                 partitions: 1,
@@ -55,15 +51,12 @@ impl KafkaHistory {
                     ("retention.bytes".into(), "-1".into()),
                 ],
             },
+            "schema history append",
         )?;
-        admin.check_keeps_everything(&topic)?;
-        let producer: BaseProducer<Reports> = settings
-            .producer()
-            .create_with_context(Reports::default())
-            .map_err(KafkaLogError::Config)?;
+        Admin::new(settings)?.check_keeps_everything(&topic)?;
         Ok(KafkaHistory {
-            producer,
-            settings,
+            writer,
+            settings: settings.clone(),
             topic,
             key: name.as_bytes().to_vec(),
         })
@@ -76,32 +69,12 @@ impl KafkaHistory {
 
     /// Appends `record`; returns once every in-sync replica has it. Blocking.
     pub fn append(&self, record: &[u8]) -> Result<(), KafkaLogError> {
-        let tid = &self.settings.transactional_id;
-        let rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(&self.topic)
-            .partition(0)
-            .key(&self.key[..])
-            .payload(record);
-        self.producer
-            .send(rec)
-            .map_err(|(e, _)| KafkaLogError::from_kafka("schema history append", e, tid))?;
-        let deadline = Instant::now() + self.settings.timeout;
-        loop {
-            self.producer.poll(Duration::ZERO);
-            if self.producer.in_flight_count() == 0 {
-                break;
-            }
-            if Instant::now() >= deadline {
-                return Err(KafkaLogError::Transient {
-                    what: "schema history append",
-                    source: KafkaError::Flush(rdkafka::error::RDKafkaErrorCode::OperationTimedOut),
-                });
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        match self.producer.context().take() {
-            Some(e) => Err(KafkaLogError::from_kafka("schema history append", e, tid)),
-            None => Ok(()),
-        }
+        self.writer.append(&[AppendRecord {
+            partition: Some(0),
+            key: Some(&self.key),
+            value: Some(record),
+            headers: &[],
+        }])
     }
 
     /// Every record of this connector, oldest first. Blocking.

@@ -13,6 +13,8 @@
 //!   replication factor and topic configs; an existing topic with another partition count
 //!   is a definite error (keys would move to other partitions).
 //!
+//! - Sinks reading Kafka ([`KafkaGroup`]): a member of a consumer group, committed
+//!   records only, offsets committed by the caller for what its target holds.
 //! - The MySQL schema history ([`KafkaHistory`]): `<name>.schema-history`, a topic that
 //!   never deletes a record, written by its own non-transactional producer.
 //!
@@ -21,7 +23,9 @@
 //! the source resends what was not committed); a fenced producer, a refused
 //! authentication or a topic with the wrong partition count is definite.
 
+mod append;
 mod error;
+mod group;
 mod history;
 mod log;
 mod offsets;
@@ -29,7 +33,9 @@ mod read;
 mod settings;
 mod topics;
 
+pub use append::{AppendRecord, KafkaAppender};
 pub use error::KafkaLogError;
+pub use group::{GroupStart, KafkaGroup};
 pub use history::{history_topic, KafkaHistory};
 pub use log::{offsets_topic, KafkaLog, OutRecord};
 pub use read::{KafkaReader, ReadFrom, ReadRecord, Watermarks};

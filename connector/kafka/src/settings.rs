@@ -40,7 +40,7 @@ impl KafkaSettings {
     ];
 
     /// The properties every client of this cluster gets (address, security, user's).
-    fn base(&self) -> ClientConfig {
+    pub(crate) fn base(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers);
         // librdkafka logs through its own logger; errors reach us as results.

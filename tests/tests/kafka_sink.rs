@@ -1,0 +1,303 @@
+//! Sinks reading Kafka, end to end through the shipped CLI against a real Kafka-protocol
+//! broker (tansu: noida-db's Kafka API never expires a SIGKILLed member of a group, so its
+//! groups never rebalance after one) and a real Redis: Postgres → `cdc run` with
+//! `[log] type = "kafka"` → Kafka → the Redis sink, run twice in one consumer group (inside
+//! `cdc run`, and alone as `cdc sink`), so the two processes share the topic's partitions.
+//!
+//! - With the `cdc sink` member SIGKILLed and restarted several times mid-workload, and
+//!   `cdc run` SIGKILLed once, the view equals the table: Kafka's group protocol moves the
+//!   partitions between the members, each replays from its group's committed offsets,
+//!   and the sink's conditional writes make the replays harmless.
+//! - Both members were assigned partitions; the standalone member's lag reaches 0 once
+//!   it has applied everything (the transactions' commit markers do not count as lag).
+//! - A record the target refuses goes to the dead-letter topic in Kafka, with Kafka
+//!   Connect's error headers, and the sink goes on.
+
+mod kafka_util;
+mod pg_source_util;
+mod redis_util;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cdc_harness::{passwords, PgServer, RedisServer, TansuKafka};
+use kafka_util::*;
+use pg_source_util::*;
+use redis_util::{Redis, R};
+use serde_json::Value as Json;
+
+/// `cdc sink --config C --sink NAME` as a child process, its stderr kept in a file.
+struct SinkMember {
+    config: PathBuf,
+    name: String,
+    log: PathBuf,
+    listen: String,
+    child: Option<Child>,
+}
+
+impl SinkMember {
+    fn new(config: &Path, name: &str, dir: &Path) -> SinkMember {
+        SinkMember {
+            config: config.to_path_buf(),
+            name: name.to_string(),
+            log: dir.join(format!("sink-{name}.log")),
+            listen: format!("127.0.0.1:{}", free_port()),
+            child: None,
+        }
+    }
+
+    fn start(&mut self) {
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        self.child = Some(
+            Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+                .args(["sink", "--config"])
+                .arg(&self.config)
+                .args(["--sink", &self.name, "--listen", &self.listen])
+                .env("CDC_LOG_LEVEL", "info")
+                .stdout(Stdio::null())
+                .stderr(stderr)
+                .spawn()
+                .unwrap(),
+        );
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn stop(&mut self) -> Option<i32> {
+        let mut c = self.child.take()?;
+        // SAFETY: a plain signal to a child this test owns.
+        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        c.wait().ok().and_then(|s| s.code())
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `cdc_sink_lag_records` from its metrics, if it answers.
+    fn lag(&self) -> Option<u64> {
+        let out = Command::new("curl")
+            .args(["-sf", &format!("http://{}/metrics", self.listen)])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find(|l| l.starts_with("cdc_sink_lag_records"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+    }
+}
+
+impl Drop for SinkMember {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The table as id → row.
+async fn rows(pg: &PgServer, db: &str) -> BTreeMap<i64, Json> {
+    table_rows(pg, db, "items")
+        .await
+        .into_values()
+        .map(|r| (r["id"].as_i64().unwrap(), r))
+        .collect()
+}
+
+/// The JSON view (`t:items:<id>`), the refused key by its type.
+fn view(port: u16) -> BTreeMap<i64, Json> {
+    let mut r = Redis::connect(port, 0);
+    let mut m = BTreeMap::new();
+    for k in r.keys("t:items:*") {
+        let id: i64 = k.rsplit(':').next().unwrap().parse().unwrap();
+        match r.cmd(&["GET", &k]) {
+            R::Str(b) => {
+                m.insert(id, serde_json::from_slice(&b).unwrap());
+            }
+            R::Err(_) => {
+                m.insert(id, Json::String("<not a string>".into()));
+            }
+            R::Nil => {}
+            other => panic!("{k}: {other:?}"),
+        }
+    }
+    m
+}
+
+async fn workload(pg: &PgServer, db: &str, from: i64, n: i64) {
+    let c = pg.superuser_client(db).await.unwrap();
+    for i in from..from + n {
+        c.batch_execute(&format!(
+            "BEGIN;
+             INSERT INTO items (id, name, qty) VALUES ({i}, 'item {i}', {i});
+             UPDATE items SET qty = qty + 1 WHERE id = {};
+             DELETE FROM items WHERE id = {};
+             COMMIT;",
+            i - 3,
+            i - 7
+        ))
+        .await
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_group_reading_kafka_keeps_redis_equal_to_the_table_across_kills() {
+    let Some(python) = python() else { return };
+    let pg = PgServer::shared();
+    let kafka = TansuKafka::start().unwrap();
+    let redis = RedisServer::start().unwrap();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc; CREATE TABLE items (id int PRIMARY KEY, name text, qty int);
+         INSERT INTO items SELECT g, 'seed ' || g, g FROM generate_series(1, 200) g;",
+    )
+    .await;
+    // A key that holds another type: its row is refused into the dead-letter topic.
+    let foreign = 150i64;
+    Redis::connect(redis.port(), 0).cmd(&["RPUSH", "t:items:150", "not the sink's"]);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, &db));
+    let text = format!(
+        r#"name = "t"
+
+[source]
+type = "postgres"
+url = "{url}"
+tables = ["public.items"]
+slot = "{db}"
+heartbeat_interval_ms = 1000
+
+[log]
+dir = "{log}"
+partitions = 3
+type = "kafka"
+brokers = "{brokers}"
+kafka_timeout_ms = 10000
+
+[log.kafka]
+# tansu's group joins wait for the session timeout; a SIGKILLed member leaves the group
+# when it expires.
+"session.timeout.ms" = "6000"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[sink]]
+name = "cache"
+type = "redis"
+url = "redis://127.0.0.1:{port}/0"
+"#,
+        log = dir.path().join("log").display(),
+        brokers = kafka.brokers(),
+        port = redis.port()
+    );
+    let mut c = Connector::with_config(dir.path(), &text);
+    let mut member = SinkMember::new(&c.config, "cache", dir.path());
+    c.start();
+    member.start();
+
+    let mut next = 1000;
+    for round in 0..4 {
+        let w = {
+            let db = db.clone();
+            tokio::spawn(async move { workload(PgServer::shared(), &db, next, 40).await })
+        };
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        member.kill();
+        if round == 2 {
+            c.kill();
+            c.start();
+        }
+        member.start();
+        w.await.unwrap();
+        next += 1000;
+    }
+    pg.execute(
+        &db,
+        "UPDATE items SET id = id + 100000 WHERE id = 10;
+         UPDATE items SET name = 'renamed' WHERE id % 5 = 0;",
+    )
+    .await
+    .unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        c.assert_running();
+        let mut want = rows(pg, &db).await;
+        want.insert(foreign, Json::String("<not a string>".into()));
+        let got = view(redis.port());
+        if got == want {
+            break;
+        }
+        if Instant::now() > deadline {
+            let diff: Vec<String> = got
+                .keys()
+                .chain(want.keys())
+                .filter(|k| got.get(k) != want.get(k))
+                .take(5)
+                .map(|k| format!("{k}: view {:?} table {:?}", got.get(k), want.get(k)))
+                .collect();
+            panic!(
+                "the view differs from the table: {diff:?}\n--- cdc run\n{}\n--- cdc sink\n{}",
+                c.output(),
+                member.output()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // Both processes held partitions at some point: the group shared them.
+    for (who, out) in [("cdc run", c.output()), ("cdc sink", member.output())] {
+        assert!(
+            out.contains("partitions assigned"),
+            "{who} was never assigned a partition:\n{out}"
+        );
+    }
+    // And at some point they held some each at once (an assignment of fewer than the 3).
+    let split = |out: String| {
+        out.lines()
+            .filter(|l| l.contains("partitions assigned"))
+            .any(|l| l.matches("t.public.items[").count() < 3)
+    };
+    assert!(
+        split(c.output()) || split(member.output()),
+        "the two members never split the partitions:\n{}\n{}",
+        c.output(),
+        member.output()
+    );
+    // Caught up, the standalone member's lag is 0: commit markers are not lag.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while member.lag() != Some(0) {
+        assert!(
+            Instant::now() < deadline,
+            "lag {:?}\n{}",
+            member.lag(),
+            member.output()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    // The refused row is in the dead-letter topic in Kafka, with Redis's reason.
+    let dlq = read_kafka(&python, &kafka.brokers(), &["dlq.t.cache"]);
+    assert!(
+        dlq.iter().any(|(_, seen, _)| seen
+            .headers
+            .iter()
+            .any(|(k, v)| k == "__connect.errors.exception.message" && v.contains("WRONGTYPE"))),
+        "no WRONGTYPE dead letter in {dlq:?}"
+    );
+
+    assert_eq!(member.stop(), Some(0), "{}", member.output());
+    c.stop();
+    drop_slot(pg, &db).await;
+}
