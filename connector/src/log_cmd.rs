@@ -20,9 +20,10 @@
 //! become durable.
 //!
 //! With `--config` of a Kafka log (`[log] type = "kafka"`), `topics`, `describe`
-//! (partitions, log start and high watermark) and `tail` (committed records, the same
-//! lines; no `--follow`) read the cluster instead; the other commands say to use Kafka's
-//! own tools.
+//! (partitions, log start and high watermark), `tail` (committed records, the same
+//! lines; no `--follow`), `groups` (the configured sinks' groups) and `reset-group` (Kafka
+//! refuses it while the group has members) work on the cluster instead; `produce` and
+//! `delete-group` say to use Kafka's own tools.
 //!
 //! Exit codes: 0 success, 1 the operation failed (unknown topic, out-of-range offset, log
 //! in use, I/O), 2 bad command line or configuration.
@@ -410,8 +411,62 @@ fn kafka(config: &crate::config::Config, cmd: LogCommand) -> Result<(), Failure>
                 _ => Ok(()),
             }
         }
+        LogCommand::Groups => {
+            // The groups this configuration's sinks use, over the topics each reads.
+            let topics = reader.topics().map_err(failed)?;
+            println!("GROUP\tTOPIC\tPARTITION\tCOMMITTED\tHIGH-WATERMARK\tLAG\tPROTECT");
+            for spec in &config.sinks {
+                let group = spec.group();
+                let offsets = cdc_kafka::GroupOffsets::connect(&settings, &group).map_err(failed)?;
+                for (topic, n) in topics.iter().filter(|(t, _)| spec.reads_topic(t)) {
+                    for p in offsets.describe(topic, *n).map_err(failed)? {
+                        let committed = p.committed.map_or("-".to_string(), |c| c.to_string());
+                        println!(
+                            "{group}\t{topic}\t{}\t{committed}\t{}\t{}\t-",
+                            p.partition,
+                            p.high,
+                            p.lag()
+                        );
+                    }
+                }
+            }
+            Ok(())
+        }
+        LogCommand::ResetGroup {
+            group,
+            topic,
+            partition,
+            to_offset,
+            to_time,
+            to_earliest,
+            to_latest,
+        } => {
+            let to = match (to_offset, to_time, to_earliest, to_latest) {
+                (Some(o), None, false, false) => cdc_kafka::ResetTo::Offset(o as i64),
+                (None, Some(t), false, false) => cdc_kafka::ResetTo::Timestamp(
+                    parse_time(&t, cdc_log::now_ms()).map_err(usage)?,
+                ),
+                (None, None, true, false) => cdc_kafka::ResetTo::Earliest,
+                (None, None, false, true) => cdc_kafka::ResetTo::Latest,
+                _ => {
+                    return Err(usage(
+                        "say where to: exactly one of --to-offset N, --to-time TIME, --to-earliest, --to-latest",
+                    ))
+                }
+            };
+            let Some(parts) = reader.describe(&topic).map_err(failed)? else {
+                return Err(Failure(1, format!("unknown topic {topic:?} in Kafka")));
+            };
+            let parts = partitions_to_read(&topic, parts.len() as u32, partition)?;
+            let offsets = cdc_kafka::GroupOffsets::connect(&settings, &group).map_err(failed)?;
+            for (p, old, new) in offsets.reset(&topic, &parts, to).map_err(failed)? {
+                let old = old.map_or("-".to_string(), |o| o.to_string());
+                println!("{group}\t{topic}\t{p}\t{old} -> {new}");
+            }
+            Ok(())
+        }
         _ => Err(usage(
-            "on a Kafka log `cdc log` has topics, describe and tail; produce and the group commands are Kafka's own tools' (kcat, kafka-consumer-groups)",
+            "on a Kafka log `cdc log` has topics, describe, tail, groups and reset-group; produce and delete-group are Kafka's own tools' (kcat, kafka-consumer-groups)",
         )),
     }
 }

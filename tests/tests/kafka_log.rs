@@ -576,13 +576,13 @@ fn kafka_keys_of_the_wrong_kind_are_named() {
         assert_eq!(out.status.code(), Some(2), "{log}: {err}");
         assert!(err.contains(key), "{log}: {err}");
     }
-    // `cdc log`'s group commands are the embedded log's: on a Kafka config they say so.
+    // `cdc log produce` is the embedded log's: on a Kafka config it says what to use.
     let c = Connector::with_config(
         dir.path(),
         &format!("name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"postgres://u@127.0.0.1:1/d\"\n[log]\ndir = \"{}\"\ntype = \"kafka\"\nbrokers = \"127.0.0.1:1\"\n", dir.path().join("log").display()),
     );
     let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
-        .args(["log", "groups", "--config"])
+        .args(["log", "delete-group", "g", "--config"])
         .arg(&c.config)
         .output()
         .unwrap();

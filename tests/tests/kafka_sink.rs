@@ -12,6 +12,8 @@
 //!   it has applied everything (the transactions' commit markers do not count as lag).
 //! - A record the target refuses goes to the dead-letter topic in Kafka, with Kafka
 //!   Connect's error headers, and the sink goes on.
+//! - `cdc log groups` shows the group caught up; `cdc log reset-group --to-earliest` on
+//!   the Kafka configuration moves it back, and the replay leaves the view unchanged.
 
 mod kafka_util;
 mod pg_source_util;
@@ -104,6 +106,20 @@ impl Drop for SinkMember {
     }
 }
 
+/// `cdc-e2e ARGS` (must succeed): its stdout.
+fn cdc(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cdc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The table as id → row.
 async fn rows(pg: &PgServer, db: &str) -> BTreeMap<i64, Json> {
     table_rows(pg, db, "items")
@@ -185,9 +201,11 @@ brokers = "{brokers}"
 kafka_timeout_ms = 10000
 
 [log.kafka]
-# tansu's group joins wait for the session timeout; a SIGKILLed member leaves the group
-# when it expires.
+# tansu's group joins wait for the session timeout, and a rebalance for members that are
+# gone up to the rebalance timeout (max.poll.interval.ms): short ones, so that a SIGKILLed
+# member's partitions move on within seconds.
 "session.timeout.ms" = "6000"
+"max.poll.interval.ms" = "10000"
 
 [admin]
 listen = "127.0.0.1:0"
@@ -297,7 +315,66 @@ url = "redis://127.0.0.1:{port}/0"
         "no WRONGTYPE dead letter in {dlq:?}"
     );
 
+    // Both members stopped, the group is caught up; reset to the earliest offsets and
+    // replayed by `cdc run`'s member alone, the view does not change.
+    let whole = |out: String| {
+        out.lines()
+            .filter(|l| l.contains("partitions assigned"))
+            .filter(|l| l.matches("t.public.items[").count() == 3)
+            .count()
+    };
+    let before_leave = whole(c.output());
     assert_eq!(member.stop(), Some(0), "{}", member.output());
+    // The group settles on `cdc run`'s member before that one leaves too (tansu can leave
+    // a group stuck when its last two members leave within one rebalance).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while whole(c.output()) == before_leave {
+        assert!(
+            Instant::now() < deadline,
+            "the partitions never moved to cdc run's member\n{}",
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    let before = Redis::connect(redis.port(), 0).dump();
+    let cfg = c.config.to_str().unwrap().to_string();
+    let lags = || -> Vec<u64> {
+        let out = cdc(&["log", "--config", &cfg, "groups"]);
+        // GROUP TOPIC PARTITION COMMITTED HIGH-WATERMARK LAG PROTECT
+        out.lines()
+            .filter(|l| l.starts_with("cdc-sink-cache\tt.public.items\t"))
+            .map(|l| l.split('\t').nth(5).unwrap().parse().unwrap())
+            .collect()
+    };
+    assert_eq!(lags(), vec![0, 0, 0], "caught up before the reset");
+    let reset = cdc(&[
+        "log",
+        "--config",
+        &cfg,
+        "reset-group",
+        "cdc-sink-cache",
+        "t.public.items",
+        "--to-earliest",
+    ]);
+    assert_eq!(reset.lines().count(), 3, "{reset}");
+    assert!(lags().iter().sum::<u64>() > 0, "the reset moved nothing");
+    c.start();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while lags() != vec![0, 0, 0] {
+        assert!(
+            Instant::now() < deadline,
+            "replay did not finish\n{}",
+            c.output()
+        );
+        c.assert_running();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        Redis::connect(redis.port(), 0).dump(),
+        before,
+        "the view after the replay"
+    );
     c.stop();
     drop_slot(pg, &db).await;
 }

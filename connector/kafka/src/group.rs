@@ -8,10 +8,10 @@
 //!   the connector aborted (a crash mid-commit) is never seen.
 //! - Offsets move only through [`KafkaGroup::commit`] (`enable.auto.commit` and
 //!   `enable.auto.offset.store` are off): the caller commits what its target holds.
-//!   A commit of everything the member was given of a partition takes the member's
-//!   position instead when librdkafka has stepped past transaction markers after it, so
-//!   a drained group's lag is 0 (a transaction's commit marker takes an offset that no
-//!   record holds).
+//!   Besides, an idle member whose commits cover everything it was given commits, about
+//!   once a second, librdkafka's fetch position when that is further (past a
+//!   transaction's commit marker, which takes an offset no record holds), so a drained
+//!   group's lag is 0.
 //! - A commit names only partitions the member holds now: those a rebalance took away
 //!   are dropped (their new owner starts at the last committed offset and replays the
 //!   rest, which a sink's conditional writes make harmless).
@@ -21,7 +21,7 @@
 //!   executor's cooperative path.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,9 @@ use crate::settings::KafkaSettings;
 /// How often the cluster's topic list is read for new topics to subscribe to.
 pub const TOPIC_CHECK: Duration = Duration::from_secs(5);
 
+/// How often an idle member looks for commit markers to step over.
+const MARKER_CHECK: Duration = Duration::from_secs(1);
+
 /// Where a group starts on a partition it has no committed offset for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GroupStart {
@@ -53,8 +56,12 @@ struct GroupContext {
     group: String,
     /// Σ over the partitions held of (last stable offset − committed offset).
     lag: AtomicU64,
-    /// Set by a rebalance: the next commit reads the assignment again.
-    rebalanced: AtomicBool,
+    /// Rebalances so far: what the member was given before one is no guide to where it
+    /// is after it.
+    rebalances: AtomicU64,
+    /// Per partition fetched, librdkafka's fetch position (the offset after the last it
+    /// has read from the broker, records it hands out or not), from the last statistics.
+    fetched: std::sync::Mutex<HashMap<(String, i32), i64>>,
 }
 
 impl ClientContext for GroupContext {
@@ -75,8 +82,13 @@ impl ClientContext for GroupContext {
 
     fn stats(&self, s: Statistics) {
         let mut lag = 0u64;
+        let mut fetched = self.fetched.lock().unwrap_or_else(|p| p.into_inner());
+        fetched.clear();
         for t in s.topics.values() {
             for p in t.partitions.values() {
+                if p.partition >= 0 && p.fetch_state == "active" && p.next_offset >= 0 {
+                    fetched.insert((t.topic.clone(), p.partition), p.next_offset);
+                }
                 // The partitions this member fetches ("active"); -1 is librdkafka's
                 // internal unassigned partition.
                 if p.partition < 0 || p.fetch_state != "active" || p.ls_offset < 0 {
@@ -96,7 +108,12 @@ impl ClientContext for GroupContext {
 
 impl ConsumerContext for GroupContext {
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        self.rebalanced.store(true, Ordering::Release);
+        self.rebalances.fetch_add(1, Ordering::AcqRel);
+        // Fetch positions of the old assignment say nothing about the new one.
+        self.fetched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         let list = |tpl: &TopicPartitionList| {
             tpl.elements()
                 .iter()
@@ -126,6 +143,12 @@ pub struct KafkaGroup {
     checked: Option<Instant>,
     /// Per partition, the offset after the last record handed out.
     given: HashMap<(Arc<str>, i32), i64>,
+    /// Per partition, the offset last committed by this member.
+    committed: HashMap<(Arc<str>, i32), i64>,
+    /// When an idle poll last looked for commit markers to step over.
+    markers_checked: Instant,
+    /// The context's rebalance count `given` and `committed` are of.
+    rebalances: u64,
     /// One shared name per topic.
     names: HashMap<String, Arc<str>>,
     timeout: Duration,
@@ -160,7 +183,8 @@ impl KafkaGroup {
             .create_with_context(GroupContext {
                 group: group.to_string(),
                 lag: AtomicU64::new(0),
-                rebalanced: AtomicBool::new(false),
+                rebalances: AtomicU64::new(0),
+                fetched: std::sync::Mutex::new(HashMap::new()),
             })
             .map_err(KafkaLogError::Config)?;
         Ok(KafkaGroup {
@@ -169,6 +193,9 @@ impl KafkaGroup {
             subscribed: Vec::new(),
             checked: None,
             given: HashMap::new(),
+            committed: HashMap::new(),
+            markers_checked: Instant::now(),
+            rebalances: 0,
             names: HashMap::new(),
             timeout: settings.timeout,
             group: group.to_string(),
@@ -222,6 +249,7 @@ impl KafkaGroup {
             return Ok(());
         }
         let mut bytes = 0;
+        let mut given = 0usize;
         let mut timeout = wait;
         while bytes < max_bytes {
             let m = match self.consumer.poll(timeout) {
@@ -238,6 +266,14 @@ impl KafkaGroup {
                 }
             };
             timeout = Duration::ZERO;
+            // A rebalance is served inside the consumer's poll: this record is of the
+            // assignment it made.
+            let n = self.consumer.context().rebalances.load(Ordering::Acquire);
+            if n != self.rebalances {
+                self.rebalances = n;
+                self.given.clear();
+                self.committed.clear();
+            }
             let topic = match self.names.get(m.topic()) {
                 Some(t) => t.clone(),
                 None => {
@@ -260,32 +296,84 @@ impl KafkaGroup {
             };
             bytes += rec.key.map_or(0, <[u8]>::len) + rec.value.map_or(0, <[u8]>::len) + 64;
             f(&topic, &rec);
+            given += 1;
             self.given
                 .insert((topic, m.partition()), m.offset().saturating_add(1));
         }
+        if given == 0 && self.markers_checked.elapsed() >= MARKER_CHECK {
+            self.markers_checked = Instant::now();
+            self.step_over_markers();
+        }
         Ok(())
+    }
+
+    /// Forgets what was given and committed before the last rebalance.
+    fn forget_after_rebalance(&mut self) {
+        let n = self.consumer.context().rebalances.load(Ordering::Acquire);
+        if n != self.rebalances {
+            self.rebalances = n;
+            self.given.clear();
+            self.committed.clear();
+        }
+    }
+
+    /// Idle, with everything given committed: commits the position of each partition
+    /// where librdkafka has stepped past records it does not hand out (a transaction's
+    /// commit marker, an aborted transaction's records), so that the group's committed
+    /// offset reaches the high watermark and its lag is 0. Best effort: a failure leaves
+    /// the lag at the marker's 1 until the next check.
+    fn step_over_markers(&mut self) {
+        self.forget_after_rebalance();
+        let fetched = self
+            .consumer
+            .context()
+            .fetched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let mut tpl = TopicPartitionList::new();
+        let mut moved = Vec::new();
+        for ((topic, p), &done) in &self.committed {
+            if self.given.get(&(topic.clone(), *p)) != Some(&done) {
+                continue;
+            }
+            // librdkafka enqueues a fetch's records before it moves the fetch position
+            // past them, and this poll found none waiting: what lies between the last
+            // record given and the fetch position holds no record to hand out.
+            if let Some(&pos) = fetched.get(&(topic.to_string(), *p)) {
+                if pos > done
+                    && tpl
+                        .add_partition_offset(topic, *p, Offset::Offset(pos))
+                        .is_ok()
+                {
+                    moved.push(((topic.clone(), *p), pos));
+                }
+            }
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        match self.consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => {
+                for (k, pos) in moved {
+                    self.given.insert(k.clone(), pos);
+                    self.committed.insert(k, pos);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(group = %self.group, error = %e, "Kafka group: stepping over commit markers failed; tried again later")
+            }
+        }
     }
 
     /// Commits `offsets` (topic, partition, next offset to read) for the partitions this
     /// member holds; the others are dropped (see the module doc). Blocking.
     pub fn commit(&mut self, offsets: &[(Arc<str>, u32, u64)]) -> Result<(), KafkaLogError> {
-        if self
-            .consumer
-            .context()
-            .rebalanced
-            .swap(false, Ordering::AcqRel)
-        {
-            // Offsets given before the rebalance are no guide to where the member is now.
-            self.given.clear();
-        }
+        self.forget_after_rebalance();
         let held = self
             .consumer
             .assignment()
             .map_err(|e| Self::err("assignment", e))?;
-        let positions = self
-            .consumer
-            .position()
-            .map_err(|e| Self::err("position", e))?;
         let mut tpl = TopicPartitionList::new();
         for (topic, partition, offset) in offsets {
             let p = *partition as i32;
@@ -293,15 +381,7 @@ impl KafkaGroup {
                 tracing::debug!(group = %self.group, topic = %topic, partition, "Kafka group: not committing a partition no longer held");
                 continue;
             }
-            let mut at = *offset as i64;
-            // Everything given of the partition is committed: past the markers after it.
-            if self.given.get(&(topic.clone(), p)) == Some(&at) {
-                if let Some(Offset::Offset(pos)) =
-                    positions.find_partition(topic, p).map(|e| e.offset())
-                {
-                    at = at.max(pos);
-                }
-            }
+            let at = *offset as i64;
             tpl.add_partition_offset(topic, p, Offset::Offset(at))
                 .map_err(|e| Self::err("commit", e))?;
         }
@@ -309,7 +389,19 @@ impl KafkaGroup {
             return Ok(());
         }
         match self.consumer.commit(&tpl, CommitMode::Sync) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                for e in tpl.elements() {
+                    if let Offset::Offset(o) = e.offset() {
+                        let topic = self
+                            .names
+                            .get(e.topic())
+                            .cloned()
+                            .unwrap_or_else(|| Arc::from(e.topic()));
+                        self.committed.insert((topic, e.partition()), o);
+                    }
+                }
+                Ok(())
+            }
             // The group moved on while this was in hand: the partitions' new owners
             // replay from the last commit.
             Err(KafkaError::ConsumerCommit(
@@ -328,5 +420,153 @@ impl KafkaGroup {
     /// their last stable offsets, as of librdkafka's last statistics (every 500 ms).
     pub fn lag(&self) -> u64 {
         self.consumer.context().lag.load(Ordering::Relaxed)
+    }
+}
+
+/// One partition of a group's view of a topic, for `cdc log groups`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupPartition {
+    pub partition: u32,
+    /// The group's committed offset; `None` when it has none for the partition.
+    pub committed: Option<i64>,
+    pub low: i64,
+    pub high: i64,
+}
+
+impl GroupPartition {
+    /// Records from the committed offset (or the log start) to the high watermark.
+    pub fn lag(&self) -> i64 {
+        (self.high - self.committed.unwrap_or(self.low).max(self.low)).max(0)
+    }
+}
+
+/// Where a reset moves a group's offset.
+#[derive(Debug, Clone, Copy)]
+pub enum ResetTo {
+    Earliest,
+    Latest,
+    Offset(i64),
+    /// The first record at or after this time (ms since the epoch); the end if none.
+    Timestamp(i64),
+}
+
+/// A client for reading and moving one group's committed offsets without joining it
+/// (Kafka's OffsetFetch and OffsetCommit outside the group protocol).
+pub struct GroupOffsets {
+    consumer: BaseConsumer<crate::offsets::QuietEof>,
+    group: String,
+    timeout: Duration,
+}
+
+impl GroupOffsets {
+    pub fn connect(settings: &KafkaSettings, group: &str) -> Result<GroupOffsets, KafkaLogError> {
+        let consumer = settings
+            .reader(group)
+            .create_with_context(crate::offsets::QuietEof)
+            .map_err(KafkaLogError::Config)?;
+        Ok(GroupOffsets {
+            consumer,
+            group: group.to_string(),
+            timeout: settings.timeout,
+        })
+    }
+
+    fn err(what: &'static str, e: KafkaError) -> KafkaLogError {
+        KafkaLogError::from_kafka(what, e, "")
+    }
+
+    /// The group's committed offsets and the watermarks of `partitions` partitions of
+    /// `topic`.
+    pub fn describe(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<Vec<GroupPartition>, KafkaLogError> {
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p as i32);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, self.timeout)
+            .map_err(|e| Self::err("group offsets request", e))?;
+        let mut out = Vec::new();
+        for p in 0..partitions {
+            let (low, high) = self
+                .consumer
+                .fetch_watermarks(topic, p as i32, self.timeout)
+                .map_err(|e| Self::err("watermarks request", e))?;
+            let committed = match committed
+                .find_partition(topic, p as i32)
+                .map(|e| e.offset())
+            {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            };
+            out.push(GroupPartition {
+                partition: p,
+                committed,
+                low,
+                high,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Commits `to` for `partitions` of `topic` (clamped to each partition's log start and
+    /// high watermark); returns (partition, old committed, new). Kafka refuses it while
+    /// the group has members: their position would win.
+    pub fn reset(
+        &self,
+        topic: &str,
+        partitions: &[u32],
+        to: ResetTo,
+    ) -> Result<Vec<(u32, Option<i64>, i64)>, KafkaLogError> {
+        let n = partitions.iter().max().map_or(0, |p| p + 1);
+        let now = self.describe(topic, n)?;
+        let mut tpl = TopicPartitionList::new();
+        let mut out = Vec::new();
+        for &p in partitions {
+            let d = now[p as usize];
+            let target = match to {
+                ResetTo::Earliest => d.low,
+                ResetTo::Latest => d.high,
+                ResetTo::Offset(o) => o,
+                ResetTo::Timestamp(ts) => {
+                    let mut q = TopicPartitionList::new();
+                    q.add_partition_offset(topic, p as i32, Offset::Offset(ts))
+                        .map_err(|e| Self::err("offsets for times", e))?;
+                    let r = self
+                        .consumer
+                        .offsets_for_times(q, self.timeout)
+                        .map_err(|e| Self::err("offsets for times", e))?;
+                    match r.elements().first().map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) => o,
+                        _ => d.high,
+                    }
+                }
+            };
+            let target = target.clamp(d.low, d.high);
+            tpl.add_partition_offset(topic, p as i32, Offset::Offset(target))
+                .map_err(|e| Self::err("offset commit", e))?;
+            out.push((p, d.committed, target));
+        }
+        self.consumer
+            .commit(&tpl, CommitMode::Sync)
+            .map_err(|e| match e.rdkafka_error_code() {
+                Some(
+                    RDKafkaErrorCode::UnknownMemberId
+                    | RDKafkaErrorCode::IllegalGeneration
+                    | RDKafkaErrorCode::RebalanceInProgress,
+                ) => KafkaLogError::Unsupported {
+                    what: "group reset",
+                    detail: format!(
+                        "group {:?} has active members; stop its sinks (cdc run, cdc sink) and run the reset again",
+                        self.group
+                    ),
+                },
+                _ => Self::err("offset commit", e),
+            })?;
+        Ok(out)
     }
 }

@@ -35,7 +35,7 @@ mod topics;
 
 pub use append::{AppendRecord, KafkaAppender};
 pub use error::KafkaLogError;
-pub use group::{GroupStart, KafkaGroup};
+pub use group::{GroupOffsets, GroupPartition, GroupStart, KafkaGroup, ResetTo};
 pub use history::{history_topic, KafkaHistory};
 pub use log::{offsets_topic, KafkaLog, OutRecord};
 pub use read::{KafkaReader, ReadFrom, ReadRecord, Watermarks};
