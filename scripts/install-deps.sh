@@ -13,6 +13,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v perl >/dev/null 2>&1 || missing+=(perl)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
+# A TLS-terminating proxy in front of the test broker (Kafka over TLS).
+command -v socat >/dev/null 2>&1 || missing+=(socat)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # For the schema-registry client tests (Confluent's Python and Java clients).
 command -v unzip >/dev/null 2>&1 || missing+=(unzip)
 command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)

@@ -43,7 +43,7 @@ pub use pg::{
 };
 pub use process::{instance_root, pid_is_running, server_processes_in, sweep_stale};
 pub use redis::{RedisOptions, RedisServer};
-pub use tansu::{tansu_bin, TansuKafka};
+pub use tansu::{tansu_bin, TansuKafka, TlsProxy};
 pub use typesense::{search_http, typesense_bin, TypesenseServer, TYPESENSE_API_KEY};
 pub use valkey::{start_valkey, valkey_binary};
 

@@ -12,6 +12,8 @@
 //!   it has applied everything (the transactions' commit markers do not count as lag).
 //! - A record the target refuses goes to the dead-letter topic in Kafka, with Kafka
 //!   Connect's error headers, and the sink goes on.
+//! - Over TLS (the broker behind a TLS proxy): `[log.kafka]`'s `security.protocol` and
+//!   `ssl.ca.location` reach both the connector's and the sink's clients.
 //! - `cdc log groups` shows the group caught up; `cdc log reset-group --to-earliest` on
 //!   the Kafka configuration moves it back, and the replay leaves the view unchanged.
 
@@ -24,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cdc_harness::{passwords, PgServer, RedisServer, TansuKafka};
+use cdc_harness::{passwords, PgServer, RedisServer, TansuKafka, TlsProxy};
 use kafka_util::*;
 use pg_source_util::*;
 use redis_util::{Redis, R};
@@ -149,6 +151,54 @@ fn view(port: u16) -> BTreeMap<i64, Json> {
     m
 }
 
+/// A connector of `items` writing to the Kafka at `brokers` (`[log.kafka]` gets
+/// `kafka_extra` besides the test's short group timeouts), with a Redis sink `cache`.
+fn config(
+    pg: &PgServer,
+    db: &str,
+    dir: &Path,
+    brokers: &str,
+    redis_port: u16,
+    kafka_extra: &str,
+) -> String {
+    let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, db));
+    format!(
+        r#"name = "t"
+
+[source]
+type = "postgres"
+url = "{url}"
+tables = ["public.items"]
+slot = "{db}"
+heartbeat_interval_ms = 1000
+
+[log]
+dir = "{log}"
+partitions = 3
+type = "kafka"
+brokers = "{brokers}"
+kafka_timeout_ms = 10000
+
+[log.kafka]
+# tansu's group joins wait for the session timeout, and a rebalance for members that are
+# gone up to the rebalance timeout (max.poll.interval.ms): short ones, so that a SIGKILLed
+# member's partitions move on within seconds.
+"session.timeout.ms" = "6000"
+"max.poll.interval.ms" = "10000"
+{kafka_extra}
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[sink]]
+name = "cache"
+type = "redis"
+url = "redis://127.0.0.1:{redis_port}/0"
+"#,
+        log = dir.join("log").display(),
+    )
+}
+
 async fn workload(pg: &PgServer, db: &str, from: i64, n: i64) {
     let c = pg.superuser_client(db).await.unwrap();
     for i in from..from + n {
@@ -182,43 +232,7 @@ async fn a_sink_group_reading_kafka_keeps_redis_equal_to_the_table_across_kills(
     let foreign = 150i64;
     Redis::connect(redis.port(), 0).cmd(&["RPUSH", "t:items:150", "not the sink's"]);
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, &db));
-    let text = format!(
-        r#"name = "t"
-
-[source]
-type = "postgres"
-url = "{url}"
-tables = ["public.items"]
-slot = "{db}"
-heartbeat_interval_ms = 1000
-
-[log]
-dir = "{log}"
-partitions = 3
-type = "kafka"
-brokers = "{brokers}"
-kafka_timeout_ms = 10000
-
-[log.kafka]
-# tansu's group joins wait for the session timeout, and a rebalance for members that are
-# gone up to the rebalance timeout (max.poll.interval.ms): short ones, so that a SIGKILLed
-# member's partitions move on within seconds.
-"session.timeout.ms" = "6000"
-"max.poll.interval.ms" = "10000"
-
-[admin]
-listen = "127.0.0.1:0"
-
-[[sink]]
-name = "cache"
-type = "redis"
-url = "redis://127.0.0.1:{port}/0"
-"#,
-        log = dir.path().join("log").display(),
-        brokers = kafka.brokers(),
-        port = redis.port()
-    );
+    let text = config(pg, &db, dir.path(), &kafka.brokers(), redis.port(), "");
     let mut c = Connector::with_config(dir.path(), &text);
     let mut member = SinkMember::new(&c.config, "cache", dir.path());
     c.start();
@@ -248,31 +262,15 @@ url = "redis://127.0.0.1:{port}/0"
     .await
     .unwrap();
 
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        c.assert_running();
-        let mut want = rows(pg, &db).await;
-        want.insert(foreign, Json::String("<not a string>".into()));
-        let got = view(redis.port());
-        if got == want {
-            break;
-        }
-        if Instant::now() > deadline {
-            let diff: Vec<String> = got
-                .keys()
-                .chain(want.keys())
-                .filter(|k| got.get(k) != want.get(k))
-                .take(5)
-                .map(|k| format!("{k}: view {:?} table {:?}", got.get(k), want.get(k)))
-                .collect();
-            panic!(
-                "the view differs from the table: {diff:?}\n--- cdc run\n{}\n--- cdc sink\n{}",
-                c.output(),
-                member.output()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_view(
+        pg,
+        &db,
+        redis.port(),
+        &mut c,
+        Some(foreign),
+        &format!("--- cdc sink\n{}", member.output()),
+    )
+    .await;
 
     // Both processes held partitions at some point: the group shared them.
     for (who, out) in [("cdc run", c.output()), ("cdc sink", member.output())] {
@@ -375,6 +373,106 @@ url = "redis://127.0.0.1:{port}/0"
         before,
         "the view after the replay"
     );
+    c.stop();
+    drop_slot(pg, &db).await;
+}
+
+/// Waits until the JSON view equals the table (`foreign`: a refused id, whose key keeps
+/// its other type).
+async fn wait_view(
+    pg: &PgServer,
+    db: &str,
+    port: u16,
+    c: &mut Connector,
+    foreign: Option<i64>,
+    more: &str,
+) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        c.assert_running();
+        let mut want = rows(pg, db).await;
+        if let Some(f) = foreign {
+            want.insert(f, Json::String("<not a string>".into()));
+        }
+        let got = view(port);
+        if got == want {
+            return;
+        }
+        if Instant::now() > deadline {
+            let diff: Vec<String> = got
+                .keys()
+                .chain(want.keys())
+                .filter(|k| got.get(k) != want.get(k))
+                .take(5)
+                .map(|k| format!("{k}: view {:?} table {:?}", got.get(k), want.get(k)))
+                .collect();
+            panic!(
+                "the view differs from the table: {diff:?}\n--- cdc run\n{}\n{more}",
+                c.output()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// `[log.kafka]` security settings take effect: with the broker behind a TLS proxy (its
+/// advertised address is the proxy's), `cdc run` writes over TLS and its sink reads over
+/// TLS, trusting the proxy's certificate through `ssl.ca.location`; without that setting
+/// the certificate is not trusted and nothing reaches Redis.
+#[tokio::test(flavor = "multi_thread")]
+async fn over_tls_the_connector_writes_and_its_sink_reads() {
+    let pg = PgServer::shared();
+    let proxy = TlsProxy::new().unwrap();
+    let kafka = TansuKafka::start_advertising(Some(proxy.port())).unwrap();
+    proxy.forward_to(kafka.port()).unwrap();
+    let redis = RedisServer::start().unwrap();
+    let db = database_with(
+        pg,
+        "SET ROLE cdc; CREATE TABLE items (id int PRIMARY KEY, name text, qty int);
+         INSERT INTO items SELECT g, 'seed ' || g, g FROM generate_series(1, 50) g;",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let brokers = format!("127.0.0.1:{}", proxy.port());
+    // Not trusting the proxy's self-signed certificate: nothing gets through.
+    let untrusted = config(
+        pg,
+        &db,
+        dir.path(),
+        &brokers,
+        redis.port(),
+        "\"security.protocol\" = \"SSL\"",
+    );
+    let mut c = Connector::with_config(dir.path(), &untrusted);
+    c.start();
+    // Past kafka_timeout_ms: the connector says why it cannot reach the log.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(
+        view(redis.port()).is_empty(),
+        "rows reached Redis without a trusted certificate"
+    );
+    c.kill();
+    assert!(
+        c.output().contains("certificate verify failed")
+            || c.output().contains("SSL handshake failed"),
+        "no TLS verification error:\n{}",
+        c.output()
+    );
+    let trusted = config(
+        pg,
+        &db,
+        dir.path(),
+        &brokers,
+        redis.port(),
+        &format!(
+            "\"security.protocol\" = \"SSL\"\n\"ssl.ca.location\" = \"{}\"",
+            proxy.ca_path().display()
+        ),
+    );
+    std::fs::write(&c.config, trusted).unwrap();
+    c.start();
+    workload(pg, &db, 1000, 20).await;
+    wait_view(pg, &db, redis.port(), &mut c, None, "").await;
     c.stop();
     drop_slot(pg, &db).await;
 }

@@ -214,7 +214,14 @@ impl KafkaGroup {
         let md = self
             .consumer
             .fetch_metadata(None, self.timeout)
-            .map_err(|e| Self::err("metadata request", e))?;
+            .map_err(|e| {
+                if self.subscribed.is_empty() {
+                    // Nothing to consume yet: serves librdkafka's queued log lines, which
+                    // say why (refused connection, TLS handshake, authentication).
+                    let _ = self.consumer.poll(Duration::ZERO);
+                }
+                Self::err("metadata request", e)
+            })?;
         self.checked = Some(Instant::now());
         let mut topics: Vec<String> = md
             .topics()

@@ -157,7 +157,12 @@ impl KafkaLog {
             .admin
             .inner()
             .fetch_metadata(None, log.settings.timeout)
-            .map_err(|e| KafkaLogError::from_kafka("metadata request", e, &tid))?;
+            .map_err(|e| {
+                // Serves the producer's queued events: librdkafka's own log lines say why
+                // (refused connection, TLS handshake, authentication).
+                log.producer.poll(Duration::ZERO);
+                KafkaLogError::from_kafka("metadata request", e, &tid)
+            })?;
         if log.settings.transactions {
             log.producer
                 .init_transactions(log.settings.timeout)
