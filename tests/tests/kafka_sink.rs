@@ -14,6 +14,8 @@
 //!   Connect's error headers, and the sink goes on.
 //! - Over TLS (the broker behind a TLS proxy): `[log.kafka]`'s `security.protocol` and
 //!   `ssl.ca.location` reach both the connector's and the sink's clients.
+//! - `cdc verify` on the Kafka configuration: `--log` rebuilds the table from Kafka's
+//!   committed records and finds it equal; `--sink` finds the refused row.
 //! - `cdc log groups` shows the group caught up; `cdc log reset-group --to-earliest` on
 //!   the Kafka configuration moves it back, and the replay leaves the view unchanged.
 
@@ -315,6 +317,25 @@ async fn a_sink_group_reading_kafka_keeps_redis_equal_to_the_table_across_kills(
 
     // Both members stopped, the group is caught up; reset to the earliest offsets and
     // replayed by `cdc run`'s member alone, the view does not change.
+    // `cdc verify` on the Kafka configuration: the table rebuilt from Kafka's committed
+    // records equals the source; the view differs in the refused row only (its key holds
+    // the other application's list), found after the re-check waited for the group.
+    let (code, out, err) = c.verify(&["--table", "public.items", "--log"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let (code, out, err) = c.verify(&[
+        "--table",
+        "public.items",
+        "--sink",
+        "cache",
+        "--wait-secs",
+        "5",
+    ]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        out.contains("key {\"id\":150}") && out.contains("1 key differs"),
+        "{out}"
+    );
+
     let whole = |out: String| {
         out.lines()
             .filter(|l| l.contains("partitions assigned"))

@@ -38,5 +38,6 @@ pub use error::KafkaLogError;
 pub use group::{GroupOffsets, GroupPartition, GroupStart, KafkaGroup, ResetTo};
 pub use history::{history_topic, KafkaHistory};
 pub use log::{offsets_topic, KafkaLog, OutRecord};
+pub use offsets::committed_checkpoint;
 pub use read::{KafkaReader, ReadFrom, ReadRecord, Watermarks};
 pub use settings::{KafkaSettings, TopicSpec};

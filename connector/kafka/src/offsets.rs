@@ -6,12 +6,13 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::ClientContext;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 use crate::error::KafkaLogError;
 use crate::log::KafkaLog;
+use crate::settings::KafkaSettings;
 
 impl KafkaLog {
     /// The last committed position of this connector, `None` before its first commit.
@@ -19,39 +20,57 @@ impl KafkaLog {
     /// aborted any transaction a crashed producer left open, so the end is reachable).
     /// Blocking.
     pub fn checkpoint(&self) -> Result<Option<Vec<u8>>, KafkaLogError> {
-        let tid = &self.settings.transactional_id;
-        let consumer: BaseConsumer<QuietEof> = self
-            .settings
-            .reader(&format!("{tid}.offsets-reader"))
-            .create_with_context(QuietEof)
-            .map_err(KafkaLogError::Config)?;
-        let topic = self.offsets_topic();
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, 0, Offset::Beginning)
-            .map_err(|e| KafkaLogError::from_kafka("offsets read", e, tid))?;
-        consumer
-            .assign(&tpl)
-            .map_err(|e| KafkaLogError::from_kafka("offsets read", e, tid))?;
-        let key = topic_key(self);
-        let deadline = Instant::now() + self.settings.timeout;
-        let mut last: Option<Vec<u8>> = None;
-        loop {
-            match consumer.poll(Duration::from_millis(100)) {
-                // A tombstone forgets the position: a reset by an operator.
-                Some(Ok(m)) if m.key() == Some(key) => last = m.payload().map(<[u8]>::to_vec),
-                Some(Ok(_)) => {}
-                Some(Err(KafkaError::PartitionEOF(_))) => return Ok(last),
-                Some(Err(e)) => return Err(KafkaLogError::from_kafka("offsets read", e, tid)),
-                None if Instant::now() >= deadline => {
-                    return Err(KafkaLogError::Transient {
-                        what: "offsets read",
-                        source: KafkaError::MessageConsumption(
-                            rdkafka::error::RDKafkaErrorCode::OperationTimedOut,
-                        ),
-                    })
-                }
-                None => {}
+        read_checkpoint(&self.settings, self.offsets_topic(), self.offsets_key())
+    }
+}
+
+/// The last position connector `name` committed to Kafka, read without a producer (so
+/// without fencing the connector's): for `cdc verify` beside a running `cdc run`. A
+/// transaction the connector has open is not waited for (`read_committed` stops before
+/// it only at its end; the partition's end is where the committed records end). Blocking.
+pub fn committed_checkpoint(
+    settings: &KafkaSettings,
+    name: &str,
+) -> Result<Option<Vec<u8>>, KafkaLogError> {
+    read_checkpoint(settings, &crate::log::offsets_topic(name), name.as_bytes())
+}
+
+fn read_checkpoint(
+    settings: &KafkaSettings,
+    topic: &str,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, KafkaLogError> {
+    let tid = &settings.transactional_id;
+    let consumer: BaseConsumer<QuietEof> = settings
+        .reader(&format!("{tid}.offsets-reader"))
+        .create_with_context(QuietEof)
+        .map_err(KafkaLogError::Config)?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .map_err(|e| KafkaLogError::from_kafka("offsets read", e, tid))?;
+    consumer
+        .assign(&tpl)
+        .map_err(|e| KafkaLogError::from_kafka("offsets read", e, tid))?;
+    let deadline = Instant::now() + settings.timeout;
+    let mut last: Option<Vec<u8>> = None;
+    loop {
+        match consumer.poll(Duration::from_millis(100)) {
+            // A tombstone forgets the position: a reset by an operator.
+            Some(Ok(m)) if m.key() == Some(key) => last = m.payload().map(<[u8]>::to_vec),
+            Some(Ok(_)) => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(last),
+            // Before the connector's first commit there is no such topic yet.
+            Some(Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::UnknownTopicOrPartition,
+            ))) => return Ok(None),
+            Some(Err(e)) => return Err(KafkaLogError::from_kafka("offsets read", e, tid)),
+            None if Instant::now() >= deadline => {
+                return Err(KafkaLogError::Transient {
+                    what: "offsets read",
+                    source: KafkaError::MessageConsumption(RDKafkaErrorCode::OperationTimedOut),
+                })
             }
+            None => {}
         }
     }
 }
@@ -74,7 +93,3 @@ impl ClientContext for QuietEof {
 }
 
 impl ConsumerContext for QuietEof {}
-
-fn topic_key(log: &KafkaLog) -> &[u8] {
-    log.offsets_key()
-}

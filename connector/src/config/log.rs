@@ -216,17 +216,6 @@ impl LogConfig {
         })
     }
 
-    /// For the commands that read the embedded log (`cdc log`, `cdc verify --log`): an
-    /// error naming `what` when this config writes to Kafka instead.
-    pub fn embedded_only(&self, what: &str) -> Result<(), String> {
-        match self.kind {
-            LogKind::Embedded => Ok(()),
-            LogKind::Kafka => Err(format!(
-                "{what} reads the embedded log, and this configuration writes to Kafka ([log] type = \"kafka\"): read its topics with a Kafka client (kcat, kafka-console-consumer); {what} on Kafka is not built yet"
-            )),
-        }
-    }
-
     /// Settings of one kind used with the other are a mistake worth naming.
     fn check_kafka(&self) -> Result<(), (String, String)> {
         match self.kind {

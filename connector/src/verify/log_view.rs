@@ -1,6 +1,7 @@
-//! The view of `cdc verify --log`: the table rebuilt from the embedded log — the latest
-//! change of each key of the table's topic (deletes remove, truncates clear) — read
-//! through a read-only open, so it works while `cdc run` holds the log.
+//! The view of `cdc verify --log`: the table rebuilt from the log — the latest change of
+//! each key of the table's topic (deletes remove, truncates clear) — read through
+//! [`VerifyLog`] (a read-only open of the embedded log, so it works while `cdc run` holds
+//! it, or the Kafka cluster's committed records).
 //!
 //! Memory: the rebuilt table is only hashes — key hash → (row hash, the record's log
 //! time), about 40 bytes a key with the map's overhead — while that fits `--memory-mb`;
@@ -21,20 +22,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdc_log::{Log, StartAt};
 use cdc_schemas::registry::SchemaRegistry;
-use cdc_schemas::{Checkpoint, TableId};
+use cdc_schemas::TableId;
 use cdc_sinks::change::{Decoded, Decoder, Op};
 use cdc_sinks::SinkRecord;
 use cdc_sources::verify::ReadMark;
 
 use super::compare::{hash_row, JsonRow};
+use super::log_source::VerifyLog;
 use super::spill::{Budget, Event, Rebuild, Smallest, Spill};
 use super::VerifyError;
-
-fn log_err(what: &str, e: cdc_log::LogError) -> VerifyError {
-    VerifyError::Failed(format!("{what}: {e}"))
-}
 
 /// A change of the table read from the log.
 enum Seen {
@@ -53,7 +50,7 @@ pub struct SpillPlan {
 
 /// The table as the log has it, by hashes.
 pub struct LogView {
-    log: Log,
+    log: Arc<VerifyLog>,
     topic: String,
     table: TableId,
     decoder: Decoder,
@@ -69,7 +66,7 @@ impl LogView {
     /// Rebuilds `table` from `topic` (as durable now). A topic that does not exist is an
     /// empty table.
     pub async fn build(
-        log: &Log,
+        log: &Arc<VerifyLog>,
         topic: &str,
         table: &TableId,
         registry: Option<Arc<dyn SchemaRegistry>>,
@@ -232,37 +229,28 @@ impl LogView {
         upto: Option<&[u64]>,
         mut f: impl FnMut(Seen, i64, u64) -> Result<(), VerifyError>,
     ) -> Result<(), VerifyError> {
-        tokio::task::block_in_place(|| self.log.refresh())
-            .map_err(|e| log_err("reading the log", e))?;
         self.records_read = 0;
-        let Ok(topic) = self.log.topic(&self.topic) else {
-            return Ok(());
-        };
+        let now = tokio::task::block_in_place(|| self.log.high_watermarks(&self.topic))?;
         let name: Arc<str> = self.topic.as_str().into();
-        let hwms: Vec<u64> = (0..topic.partitions())
-            .map(|p| {
-                let now = topic.high_watermark(p).unwrap_or(0);
-                upto.and_then(|u| u.get(p as usize).copied())
+        let hwms: Vec<u64> = now
+            .iter()
+            .enumerate()
+            .map(|(p, &now)| {
+                upto.and_then(|u| u.get(p).copied())
                     .map_or(now, |u| u.min(now))
             })
             .collect();
         let planned: u64 = hwms.iter().sum();
-        for p in 0..topic.partitions() {
-            let hwm = hwms[p as usize];
-            let mut reader = self
-                .log
-                .reader(&self.topic, p, StartAt::Earliest)
-                .map_err(|e| log_err("reading the log", e))?;
-            while reader.position() < hwm {
-                let records = tokio::task::block_in_place(|| reader.poll(1 << 20))
-                    .map_err(|e| log_err("reading the log", e))?;
+        for (p, &hwm) in hwms.iter().enumerate() {
+            let p = p as u32;
+            let mut reader = tokio::task::block_in_place(|| self.log.reader(&self.topic, p))?;
+            loop {
+                let records =
+                    tokio::task::block_in_place(|| self.log.next_batch(&mut reader, hwm))?;
                 if records.is_empty() {
                     break;
                 }
                 for r in records {
-                    if r.offset >= hwm {
-                        break;
-                    }
                     self.records_read += 1;
                     let rec = SinkRecord {
                         topic: name.clone(),
@@ -303,59 +291,43 @@ impl LogView {
     }
 }
 
-/// The log's durable checkpoint now.
-pub fn checkpoint(log: &Log) -> Option<Checkpoint> {
-    let _ = log.refresh();
-    log.checkpoint()
-        .and_then(|b| Checkpoint::from_bytes(&b).ok())
-}
-
-/// Waits until the log's durable checkpoint reaches `mark` (or `deadline`). Returns the
-/// high watermarks of `topic` as of the first checkpoint seen at or past `mark` — the
-/// log as close to the source's read as its flushes allow — or `None` if it did not get
-/// there in time.
+/// Waits until the log's durable source position reaches `mark` (or `deadline`); then
+/// returns the high watermarks of `topic` (what the log holds up to that position, at
+/// least), `None` at the deadline.
 pub fn wait_checkpoint(
-    log: &Log,
+    log: &VerifyLog,
     mark: &ReadMark,
     topic: &str,
     deadline: Instant,
 ) -> Option<Vec<u64>> {
     tokio::task::block_in_place(|| loop {
-        // The refresh reads one ledger state: its checkpoint and its partition ends are
-        // the same flush's.
-        if checkpoint(log).is_some_and(|c| mark.reached_by(&c)) {
-            return Some(current_high_watermarks(log, topic));
+        let (cp, hwms) = log.position(topic);
+        if cp.is_some_and(|c| mark.reached_by(&c)) {
+            return Some(hwms);
         }
         let now = Instant::now();
         if now >= deadline {
             return None;
         }
-        let _ = log.wait_for_change((deadline - now).min(Duration::from_millis(500)));
+        log.wait_for_change((deadline - now).min(Duration::from_millis(500)));
     })
-}
-
-/// The high watermarks of `topic`'s partitions as the log was last refreshed (empty: no
-/// such topic).
-pub fn current_high_watermarks(log: &Log, topic: &str) -> Vec<u64> {
-    match log.topic(topic) {
-        Ok(t) => (0..t.partitions())
-            .map(|p| t.high_watermark(p).unwrap_or(0))
-            .collect(),
-        Err(_) => Vec::new(),
-    }
 }
 
 /// Waits until consumer group `group` committed `hwms` of `topic` (or `deadline`);
 /// returns whether it did.
-pub fn wait_group(log: &Log, group: &str, topic: &str, hwms: &[u64], deadline: Instant) -> bool {
+pub fn wait_group(
+    log: &VerifyLog,
+    group: &str,
+    topic: &str,
+    hwms: &[u64],
+    deadline: Instant,
+) -> bool {
     tokio::task::block_in_place(|| loop {
-        let _ = log.refresh();
-        let done = hwms.iter().enumerate().all(|(p, &hw)| {
-            hw == 0
-                || log
-                    .committed(group, topic, p as u32)
-                    .is_some_and(|c| c >= hw)
-        });
+        let committed = log.committed(group, topic, hwms.len() as u32);
+        let done = hwms
+            .iter()
+            .zip(&committed)
+            .all(|(&hw, c)| hw == 0 || c.is_some_and(|c| c >= hw));
         if done {
             return true;
         }
@@ -363,6 +335,6 @@ pub fn wait_group(log: &Log, group: &str, topic: &str, hwms: &[u64], deadline: I
         if now >= deadline {
             return false;
         }
-        let _ = log.wait_for_change((deadline - now).min(Duration::from_millis(500)));
+        log.wait_for_change((deadline - now).min(Duration::from_millis(500)));
     })
 }

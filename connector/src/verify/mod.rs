@@ -31,6 +31,7 @@
 //! exist).
 
 pub mod compare;
+pub mod log_source;
 pub mod log_view;
 pub mod recheck;
 pub mod seen;
@@ -68,7 +69,8 @@ pub struct VerifyArgs {
     /// Compare with the `[[sink]]` of this name's target.
     #[arg(long, conflicts_with = "log")]
     pub sink: Option<String>,
-    /// Compare with the table rebuilt from the embedded log.
+    /// Compare with the table rebuilt from the log (embedded, or Kafka's committed
+    /// records).
     #[arg(long)]
     pub log: bool,
     /// Rows read from the source per chunk.
@@ -159,19 +161,12 @@ async fn verify(args: &VerifyArgs) -> Result<bool, VerifyError> {
             "--chunk-rows and --max-report must be at least 1".into(),
         ));
     }
-    config
-        .log
-        .embedded_only("cdc verify")
-        .map_err(VerifyError::Usage)?;
     let table = parse_table(&config, &args.table)?;
     let started = Instant::now();
     let mut source = SourceSide::open(&config, &table).await?;
-    let log = cdc_log::Log::open_read_only(&config.log.dir).map_err(|e| {
-        VerifyError::Failed(format!(
-            "cannot open the log at {} to read: {e}",
-            config.log.dir.display()
-        ))
-    })?;
+    let log = std::sync::Arc::new(tokio::task::block_in_place(|| {
+        log_source::VerifyLog::open(&config)
+    })?);
     let mut view = match &args.sink {
         None => None,
         Some(name) => {

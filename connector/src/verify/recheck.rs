@@ -11,9 +11,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use cdc_log::Log;
-
 use super::compare::{hash_opt, hash_row, Differences, JsonRow};
+use super::log_source::VerifyLog;
 use super::log_view::{wait_checkpoint, wait_group};
 use super::source::SourceSide;
 use super::{VerifyError, View};
@@ -24,7 +23,7 @@ pub const ROUNDS: usize = 3;
 pub async fn recheck(
     source: &mut SourceSide,
     view: &mut View,
-    log: &Log,
+    log: &VerifyLog,
     diffs: &mut Differences,
     deadline: Instant,
 ) -> Result<(), VerifyError> {
