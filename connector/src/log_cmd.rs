@@ -21,7 +21,7 @@
 //!
 //! With `--config` of a Kafka log (`[log] type = "kafka"`), `topics`, `describe`
 //! (partitions, log start and high watermark), `tail` (committed records, the same
-//! lines; no `--follow`), `groups` (the configured sinks' groups) and `reset-group` (Kafka
+//! lines; with `--follow` the partitions are read together, each in offset order), `groups` (the configured sinks' groups) and `reset-group` (Kafka
 //! refuses it while the group has members) work on the cluster instead; `produce` and
 //! `delete-group` say to use Kafka's own tools.
 //!
@@ -367,11 +367,6 @@ fn kafka(config: &crate::config::Config, cmd: LogCommand) -> Result<(), Failure>
             follow,
             max,
         } => {
-            if follow {
-                return Err(usage(
-                    "--follow is the embedded log's; on Kafka use a consumer (kcat -C, kafka-console-consumer)",
-                ));
-            }
             let from = match (offset, since) {
                 (Some(o), _) => cdc_kafka::ReadFrom::Offset(o),
                 (None, Some(t)) => cdc_kafka::ReadFrom::Timestamp(
@@ -385,8 +380,7 @@ fn kafka(config: &crate::config::Config, cmd: LogCommand) -> Result<(), Failure>
             let parts = partitions_to_read(&topic, parts.len() as u32, partition)?;
             let stdout = std::io::stdout();
             let mut err = None;
-            reader
-                .read(&topic, &parts, from, max.unwrap_or(u64::MAX), |r| {
+            let mut print = |r: &cdc_kafka::ReadRecord<'_>| {
                     let line = line_json(
                         r.partition,
                         r.offset,
@@ -395,15 +389,23 @@ fn kafka(config: &crate::config::Config, cmd: LogCommand) -> Result<(), Failure>
                         r.value,
                         r.headers.iter().copied(),
                     );
-                    match writeln!(stdout.lock(), "{line}") {
+                    // Line by line: a follower sees each record as it comes.
+                    let mut out = stdout.lock();
+                    match writeln!(out, "{line}").and_then(|()| out.flush()) {
                         Ok(()) => true,
                         Err(e) => {
                             err = Some(e);
                             false
                         }
                     }
-                })
-                .map_err(failed)?;
+                };
+            let max = max.unwrap_or(u64::MAX);
+            if follow {
+                reader.follow(&topic, &parts, from, max, &mut print)
+            } else {
+                reader.read(&topic, &parts, from, max, &mut print)
+            }
+            .map_err(failed)?;
             match err {
                 Some(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
                     Err(Failure(1, format!("writing to stdout: {e}")))

@@ -8,6 +8,8 @@
 //!   writes to the embedded log: same keys, values (but the processing time `ts_ms` /
 //!   `ts_us` / `ts_ns`), headers and partitions, in the same order per partition;
 //! - the source position is in `<name>.offsets` and a restart resumes from it;
+//! - `cdc log tail --follow` on the Kafka configuration prints the records there, then a
+//!   new one as it is committed;
 //! - SIGKILLed many times mid-stream, with transactions: a `read_committed` consumer sees
 //!   every change exactly once, in order;
 //! - a broker that is not up yet when `cdc run` starts: it waits and retries, then writes;
@@ -253,6 +255,30 @@ async fn records_in_kafka_are_the_embedded_logs_and_the_position_is_in_kafka() {
         last.2
     );
 
+    // `cdc log tail --follow` prints what is there, then each new record as it comes.
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_cdc-e2e"))
+        .args(["log", "tail", TOPIC, "--follow", "--config"])
+        .arg(&kc.config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines) = std::sync::mpsc::channel::<String>();
+    let out = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if lines_tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    for i in 0..got.len() {
+        lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("--follow printed {i} of {} records", got.len()));
+    }
+
     // A restart resumes from it: nothing is written twice.
     kc.stop();
     kc.start();
@@ -265,6 +291,14 @@ async fn records_in_kafka_are_the_embedded_logs_and_the_position_is_in_kafka() {
     assert!(got
         .iter()
         .any(|(_, s, _)| s.key.as_deref() == Some("{\"id\":5000}")));
+    // The follower printed the new record, and nothing twice.
+    let late = lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("--follow printed the new record");
+    assert!(late.contains("\"key\":{\"id\":5000}"), "{late}");
+    assert!(lines.recv_timeout(Duration::from_millis(500)).is_err());
+    let _ = follower.kill();
+    let _ = follower.wait();
     kc.stop();
     emb.stop();
 }

@@ -182,4 +182,71 @@ impl KafkaReader {
         }
         Ok(())
     }
+
+    /// Calls `f` for each committed record of `topic`'s `partitions` from `from`, and then
+    /// for each new one as it is committed, until `f` returns false or `max` records.
+    /// The partitions are read together: records of one partition come in offset order,
+    /// records of different ones in no set order. Blocking; never returns on its own.
+    pub fn follow(
+        &self,
+        topic: &str,
+        partitions: &[u32],
+        from: ReadFrom,
+        max: u64,
+        mut f: impl FnMut(&ReadRecord<'_>) -> bool,
+    ) -> Result<(), KafkaLogError> {
+        let mut tpl = TopicPartitionList::new();
+        for &p in partitions {
+            let offset = match from {
+                ReadFrom::Earliest => Offset::Beginning,
+                ReadFrom::Offset(o) => Offset::Offset(o as i64),
+                ReadFrom::Timestamp(ts) => {
+                    let mut q = TopicPartitionList::new();
+                    q.add_partition_offset(topic, p as i32, Offset::Offset(ts))
+                        .map_err(|e| Self::err("offsets for times", e))?;
+                    let r = self
+                        .consumer
+                        .offsets_for_times(q, self.timeout)
+                        .map_err(|e| Self::err("offsets for times", e))?;
+                    match r.elements().first().map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) => Offset::Offset(o),
+                        // No record that late yet: from the end, for the ones to come.
+                        _ => Offset::End,
+                    }
+                }
+            };
+            tpl.add_partition_offset(topic, p as i32, offset)
+                .map_err(|e| Self::err("assign", e))?;
+        }
+        self.consumer
+            .assign(&tpl)
+            .map_err(|e| Self::err("assign", e))?;
+        let mut left = max;
+        while left > 0 {
+            match self.consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    let headers = m
+                        .headers()
+                        .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
+                        .unwrap_or_default();
+                    let rec = ReadRecord {
+                        partition: m.partition() as u32,
+                        offset: m.offset() as u64,
+                        timestamp: m.timestamp().to_millis(),
+                        key: m.key(),
+                        value: m.payload(),
+                        headers,
+                    };
+                    left -= 1;
+                    if !f(&rec) {
+                        return Ok(());
+                    }
+                }
+                // The end for now: wait for more.
+                Some(Err(KafkaError::PartitionEOF(_))) | None => {}
+                Some(Err(e)) => return Err(Self::err("fetch", e)),
+            }
+        }
+        Ok(())
+    }
 }
