@@ -624,3 +624,110 @@ fn kafka_keys_of_the_wrong_kind_are_named() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("kafka-consumer-groups"), "{err}");
 }
+
+/// The table rebuilt from Kafka records of `topic`: per key (JSON text) the newest
+/// change's `after`, a delete removing it (tombstones are the deletes' echo).
+fn rebuilt(recs: &[(String, Seen, Json)], topic: &str) -> BTreeMap<String, Json> {
+    let mut m = BTreeMap::new();
+    for (t, s, v) in recs {
+        let (true, Some(k)) = (t == topic, &s.key) else {
+            continue;
+        };
+        match v["op"].as_str() {
+            Some("c" | "r" | "u") => {
+                m.insert(k.clone(), v["after"].clone());
+            }
+            Some("d") => {
+                m.remove(k);
+            }
+            _ => {}
+        }
+    }
+    m
+}
+
+/// A re-snapshot over Kafka (the slot lost while the connector was down, under
+/// `snapshot.mode = "when_needed"`): the rows deleted meanwhile get a delete record and a
+/// tombstone in Kafka, so the table rebuilt from the topic equals the table.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_snapshot_over_kafka_deletes_the_rows_gone_meanwhile() {
+    let Some(python) = python() else { return };
+    let pg = PgServer::shared();
+    let kafka = NoidaKafka::start().unwrap();
+    let db = database_with(pg, SCHEMA).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut kc = kafka_connector(pg, &db, dir.path(), "r", &kafka.brokers(), "");
+    kc.edit_config(|t| format!("{t}\n[snapshot]\nmode = \"when_needed\"\n"));
+    kc.start();
+    let got = wait_kafka(
+        &python,
+        &kafka.brokers(),
+        TOPIC,
+        50,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(got.len(), 50, "{}", kc.output());
+    wait_streaming(&python, &kafka.brokers(), &kc).await;
+    pg.execute(&db, "UPDATE acct SET balance = -1 WHERE id <= 5")
+        .await
+        .unwrap();
+    wait_kafka(
+        &python,
+        &kafka.brokers(),
+        TOPIC,
+        55,
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(kc.stop(), Some(0), "{}", kc.output());
+    // While it is down: its slot is lost, rows are deleted (among them updated ones) and
+    // changed; none of it can be streamed.
+    drop_slot(pg, &format!("{db}_r")).await;
+    pg.execute(
+        &db,
+        "DELETE FROM acct WHERE id <= 3 OR id BETWEEN 40 AND 44;
+         UPDATE acct SET owner = 'changed' WHERE id = 10;
+         INSERT INTO acct VALUES (900, 'new', 9);",
+    )
+    .await
+    .unwrap();
+    kc.start();
+    let want = table_rows(pg, &db, "acct").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let recs = read_kafka(&python, &kafka.brokers(), &[TOPIC]);
+        let view = rebuilt(&recs, TOPIC);
+        if view == want {
+            // Each deleted row: a delete with its last known row, then a tombstone.
+            for id in [1, 2, 3, 40, 44] {
+                let key = format!("{{\"id\":{id}}}");
+                let last: Vec<&(String, Seen, Json)> = recs
+                    .iter()
+                    .filter(|(_, s, _)| s.key.as_deref() == Some(key.as_str()))
+                    .collect();
+                let n = last.len();
+                assert!(n >= 2, "{key}: {last:?}");
+                assert_eq!(last[n - 2].2["op"], "d", "{key}: {last:?}");
+                assert_eq!(last[n - 2].2["before"]["id"], id, "{key}: {last:?}");
+                assert!(last[n - 1].1.value.is_none(), "{key}: no tombstone last");
+            }
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the topic rebuilt {} rows, the table has {}\n{}",
+            view.len(),
+            want.len(),
+            kc.output()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        kc.output().contains("re-snapshot reconciled"),
+        "{}",
+        kc.output()
+    );
+    kc.stop();
+    drop_slot(pg, &format!("{db}_r")).await;
+}

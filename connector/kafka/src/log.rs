@@ -197,6 +197,11 @@ impl KafkaLog {
         &self.offsets_key
     }
 
+    /// The settings it was connected with (for a reader of the same cluster).
+    pub fn settings(&self) -> &KafkaSettings {
+        &self.settings
+    }
+
     /// Whether records are produced in transactions.
     pub fn transactional(&self) -> bool {
         self.settings.transactions

@@ -4,7 +4,7 @@
 //! The log is the embedded one or Kafka ([`out`]): with Kafka an append is a produce in
 //! the open Kafka transaction and a flush is that transaction's commit with the position
 //! in `<name>.offsets`; everything below holds for both, except waiting for disk (the
-//! embedded log's) and re-snapshot reconciliation (it reads the embedded log).
+//! embedded log's). Re-snapshot reconciliation reads back the log it writes, either one.
 //!
 //! Per event (the schema part lives in `schemas.rs`): a table's key is replaced by `source.message_key_columns` where an entry
 //! names it ([`cdc_sources::keys`], applied here so that every source has it); the topic
@@ -642,11 +642,10 @@ impl Pipeline {
                 }
                 Out::Kafka(k) => {
                     let k = k.clone();
-                    let held = tokio::task::block_in_place(|| k.topics_with_records(&topics))?;
-                    if !held.is_empty() {
-                        tracing::warn!(topics = ?held, "a snapshot starts over Kafka topics that hold records already: rows deleted since those records were written get no delete record (re-snapshot reconciliation reads the embedded log only; over Kafka it is not done yet)");
-                    }
-                    None
+                    Some(tokio::task::block_in_place(|| {
+                        let reader = cdc_kafka::KafkaReader::connect(k.settings())?;
+                        reconcile::Start::at_kafka(&reader, topics)
+                    })?)
                 }
             };
             return Ok(());

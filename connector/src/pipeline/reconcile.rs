@@ -33,6 +33,14 @@
 //! ([`cdc_log::Reader::poll_with`]): nothing is allocated per record read; the deletes are
 //! appended in batches of about [`APPEND_BYTES`].
 //!
+//! # Two logs
+//!
+//! The reading and appending go through [`Store`]: [`LogStore`] for the embedded log,
+//! [`KafkaStore`] for Kafka, where the snapshot's rows are first committed (under the
+//! "snapshot incomplete" position) so that a `read_committed` reader sees them, the
+//! deleted keys' newest records are read on from the first of them (no seeks), and the
+//! deletes are produced into the open transaction, which `End`'s position commits.
+//!
 //! # Limits
 //!
 //! - Keys are compared as the bytes the log holds: a key encoded differently than before
@@ -51,7 +59,7 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 use std::time::Instant;
 
-use cdc_log::{Log, LogError, NewRecord, ResetPolicy, StartAt, Topic};
+use cdc_log::{Log, LogError, NewRecord, ResetPolicy, StartAt};
 use cdc_schemas::encode::redelete::{avro_schema_id, delete_from_last, is_delete};
 use cdc_schemas::encode::redelete_avro::WriterSchema;
 use cdc_schemas::encode::RecordFormat;
@@ -72,10 +80,6 @@ impl super::Pipeline {
             return Ok(());
         }
         debug_assert!(self.pending.is_none(), "a snapshot's rows carry no commit");
-        let super::out::Out::Log(log) = &self.out else {
-            return Ok(());
-        };
-        let log = log.clone();
         let format = self.cfg.encoder.format;
         // Avro values are rewritten with their writer schema: the registry's, by id, asked
         // from the blocking thread the reconciliation runs on.
@@ -96,11 +100,36 @@ impl super::Pipeline {
             schemas,
         };
         let started = Instant::now();
-        let outcome = tokio::task::spawn_blocking(move || {
-            log.flush(Some(&Checkpoint::SnapshotIncomplete.to_bytes()))?;
-            reconcile(&log, &start, &settings, now_ns() / 1_000_000)
-        })
-        .await
+        let incomplete = Checkpoint::SnapshotIncomplete.to_bytes();
+        let outcome = match &self.out {
+            super::out::Out::Log(log) => {
+                let log = log.clone();
+                tokio::task::spawn_blocking(move || -> Result<Outcome, PipelineError> {
+                    log.flush(Some(&incomplete))?;
+                    Ok(reconcile(
+                        &LogStore(&log),
+                        &start,
+                        &settings,
+                        now_ns() / 1_000_000,
+                    )?)
+                })
+                .await
+            }
+            super::out::Out::Kafka(k) => {
+                let k = k.clone();
+                tokio::task::spawn_blocking(move || -> Result<Outcome, PipelineError> {
+                    // Committed, the snapshot's rows are readable (`read_committed`); the
+                    // deletes go into the next transaction, which `End`'s position commits.
+                    k.commit(&incomplete)?;
+                    let store = KafkaStore {
+                        reader: cdc_kafka::KafkaReader::connect(k.settings())?,
+                        log: &k,
+                    };
+                    Ok(reconcile(&store, &start, &settings, now_ns() / 1_000_000)?)
+                })
+                .await
+            }
+        }
         .map_err(|e| PipelineError::FlushTask(e.to_string()))??;
         self.stats.flushes += 1;
         self.stats.records += outcome.records;
@@ -133,6 +162,25 @@ pub(super) struct Start {
 }
 
 impl Start {
+    /// The high watermarks of those of `topics` that exist in the Kafka cluster now
+    /// (everything committed so far: the caller committed before). Blocking.
+    pub fn at_kafka(
+        reader: &cdc_kafka::KafkaReader,
+        topics: impl IntoIterator<Item = String>,
+    ) -> Result<Start, cdc_kafka::KafkaLogError> {
+        let mut out: Vec<(String, Vec<u64>)> = Vec::new();
+        for name in topics {
+            if out.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            if let Some(parts) = reader.describe(&name)? {
+                let starts = parts.iter().map(|w| w.high.max(0) as u64).collect();
+                out.push((name, starts));
+            }
+        }
+        Ok(Start { topics: out })
+    }
+
     /// The high watermarks of `topics` now (the log must be durable up to here: nothing
     /// appended unflushed).
     pub fn at(log: &Log, topics: impl IntoIterator<Item = String>) -> Result<Start, LogError> {
@@ -238,14 +286,188 @@ pub(super) struct Outcome {
     pub records: u64,
 }
 
+/// A visitor of records: (offset, key, value).
+pub(super) type Visit<'f, E> = dyn FnMut(u64, &[u8], Option<&[u8]>) -> Result<(), E> + 'f;
+
+/// A record made: key, value (`None`: a tombstone), timestamp.
+pub(super) type Made = (Vec<u8>, Option<Vec<u8>>, i64);
+
+/// The log a reconciliation reads and appends to: the embedded log ([`LogStore`]) or
+/// Kafka ([`KafkaStore`]). Blocking.
+pub(super) trait Store {
+    type Error;
+    /// The partition's log start.
+    fn log_start(&self, topic: &str, p: u32) -> Result<u64, Self::Error>;
+    /// Visits each keyed record of `[from (None: the log start), to)`: (offset, key, value).
+    fn scan(
+        &self,
+        topic: &str,
+        p: u32,
+        from: Option<u64>,
+        to: u64,
+        f: &mut Visit<'_, Self::Error>,
+    ) -> Result<(), Self::Error>;
+    /// Visits the keyed records at `offsets` (ascending; an offset compacted away is
+    /// passed over).
+    fn visit_offsets(
+        &self,
+        topic: &str,
+        p: u32,
+        offsets: &[u64],
+        f: &mut Visit<'_, Self::Error>,
+    ) -> Result<(), Self::Error>;
+    /// Appends (key, value, timestamp) records to the partition, unflushed.
+    fn append(&self, topic: &str, p: u32, records: &[Made]) -> Result<(), Self::Error>;
+}
+
+/// The embedded log.
+pub(super) struct LogStore<'l>(pub &'l Log);
+
+impl Store for LogStore<'_> {
+    type Error = LogError;
+
+    fn log_start(&self, topic: &str, p: u32) -> Result<u64, LogError> {
+        self.0.resolve_offset(topic, p, StartAt::Earliest)
+    }
+
+    fn scan(
+        &self,
+        topic: &str,
+        p: u32,
+        from: Option<u64>,
+        to: u64,
+        f: &mut Visit<'_, LogError>,
+    ) -> Result<(), LogError> {
+        let from = from.map_or(StartAt::Earliest, StartAt::Offset);
+        scan(self.0, topic, p, from, to, f)
+    }
+
+    fn visit_offsets(
+        &self,
+        topic: &str,
+        p: u32,
+        offsets: &[u64],
+        f: &mut Visit<'_, LogError>,
+    ) -> Result<(), LogError> {
+        visit_offsets(self.0, topic, p, offsets, f)
+    }
+
+    fn append(&self, topic: &str, p: u32, records: &[Made]) -> Result<(), LogError> {
+        let recs: Vec<NewRecord<'_>> = records
+            .iter()
+            .map(|(k, v, ts)| NewRecord::new(Some(k), v.as_deref(), *ts))
+            .collect();
+        self.0.topic(topic)?.append(p, &recs)?;
+        Ok(())
+    }
+}
+
+/// A Kafka log: committed records read with `read_committed`, deletes sent in the
+/// producer's open transaction (the snapshot's `End` position commits them).
+pub(super) struct KafkaStore<'k> {
+    pub reader: cdc_kafka::KafkaReader,
+    pub log: &'k cdc_kafka::KafkaLog,
+}
+
+impl KafkaStore<'_> {
+    fn read(
+        &self,
+        topic: &str,
+        p: u32,
+        from: cdc_kafka::ReadFrom,
+        mut f: impl FnMut(u64, &[u8], Option<&[u8]>) -> Result<bool, cdc_kafka::KafkaLogError>,
+    ) -> Result<(), cdc_kafka::KafkaLogError> {
+        let mut result = Ok(());
+        self.reader.read(topic, &[p], from, u64::MAX, |r| {
+            let Some(k) = r.key else { return true };
+            match f(r.offset, k, r.value) {
+                Ok(go_on) => go_on,
+                Err(e) => {
+                    result = Err(e);
+                    false
+                }
+            }
+        })?;
+        result
+    }
+}
+
+impl Store for KafkaStore<'_> {
+    type Error = cdc_kafka::KafkaLogError;
+
+    fn log_start(&self, topic: &str, p: u32) -> Result<u64, Self::Error> {
+        Ok(self
+            .reader
+            .describe(topic)?
+            .and_then(|w| w.get(p as usize).map(|w| w.low.max(0) as u64))
+            .unwrap_or(0))
+    }
+
+    fn scan(
+        &self,
+        topic: &str,
+        p: u32,
+        from: Option<u64>,
+        to: u64,
+        f: &mut Visit<'_, Self::Error>,
+    ) -> Result<(), Self::Error> {
+        let from = from.map_or(cdc_kafka::ReadFrom::Earliest, cdc_kafka::ReadFrom::Offset);
+        self.read(topic, p, from, |off, k, v| {
+            if off >= to {
+                return Ok(false);
+            }
+            f(off, k, v).map(|()| true)
+        })
+    }
+
+    fn visit_offsets(
+        &self,
+        topic: &str,
+        p: u32,
+        offsets: &[u64],
+        f: &mut Visit<'_, Self::Error>,
+    ) -> Result<(), Self::Error> {
+        let (Some(&first), Some(&last)) = (offsets.first(), offsets.last()) else {
+            return Ok(());
+        };
+        let mut i = 0;
+        self.read(topic, p, cdc_kafka::ReadFrom::Offset(first), |off, k, v| {
+            while i < offsets.len() && offsets[i] < off {
+                i += 1;
+            }
+            if i < offsets.len() && offsets[i] == off {
+                i += 1;
+                f(off, k, v)?;
+            }
+            Ok(off < last)
+        })
+    }
+
+    fn append(&self, topic: &str, p: u32, records: &[Made]) -> Result<(), Self::Error> {
+        for (k, v, ts) in records {
+            self.log.send(
+                topic,
+                p,
+                &cdc_kafka::OutRecord {
+                    key: Some(k),
+                    value: v.as_deref(),
+                    headers: &[],
+                    timestamp_ms: *ts,
+                },
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Appends the deletes for every key of the prefixes of `start` that the records from
 /// `start` on do not hold. Blocking (reads the log); nothing is flushed here.
-pub(super) fn reconcile(
-    log: &Log,
+pub(super) fn reconcile<S: Store>(
+    store: &S,
     start: &Start,
     s: &Settings,
     now_ms: i64,
-) -> Result<Outcome, LogError> {
+) -> Result<Outcome, S::Error> {
     let hasher = KeyHasher::default();
     let mut rw = Rewriter {
         s,
@@ -254,11 +476,10 @@ pub(super) fn reconcile(
     };
     let mut out = Outcome::default();
     for (name, starts) in &start.topics {
-        let topic = log.topic(name)?;
         let before = out;
         for (p, &start) in starts.iter().enumerate() {
             partition(
-                log, &topic, p as u32, start, &mut rw, &hasher, now_ms, &mut out,
+                store, name, p as u32, start, &mut rw, &hasher, now_ms, &mut out,
             )?;
         }
         if out.deleted_keys > before.deleted_keys {
@@ -290,7 +511,7 @@ fn scan(
     p: u32,
     from: StartAt,
     to: u64,
-    mut f: impl FnMut(u64, &[u8], Option<&[u8]>) -> Result<(), LogError>,
+    f: &mut Visit<'_, LogError>,
 ) -> Result<(), LogError> {
     let mut r = log.reader(topic, p, from)?;
     // Retention may drop old segments while this runs: read on from the new start.
@@ -323,7 +544,7 @@ fn visit_offsets(
     topic: &str,
     p: u32,
     offsets: &[u64],
-    mut f: impl FnMut(u64, &[u8], Option<&[u8]>) -> Result<(), LogError>,
+    f: &mut Visit<'_, LogError>,
 ) -> Result<(), LogError> {
     let Some(&first) = offsets.first() else {
         return Ok(());
@@ -359,18 +580,17 @@ fn visit_offsets(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn partition(
-    log: &Log,
-    topic: &Topic,
+fn partition<S: Store>(
+    store: &S,
+    name: &str,
     p: u32,
     start: u64,
     rw: &mut Rewriter<'_>,
     hasher: &KeyHasher,
     now_ms: i64,
     out: &mut Outcome,
-) -> Result<(), LogError> {
-    let name = topic.name().to_string();
-    let first = log.resolve_offset(&name, p, StartAt::Earliest)?;
+) -> Result<(), S::Error> {
+    let first = store.log_start(name, p)?;
     if start <= first {
         return Ok(());
     }
@@ -381,54 +601,40 @@ fn partition(
     // them (with tombstones, the tombstone is every deleted key's newest record).
     let check_deletes = !s.tombstones;
     let mut live: HashMap<(u64, u64), u64> = HashMap::with_capacity(cap);
-    let mut pending = Appender::new(topic, p);
+    let mut pending = Appender::new(store, name, p);
     for pass in 0..passes {
         let in_pass = |h: (u64, u64)| passes == 1 || h.1 % passes == pass;
         live.clear();
-        scan(
-            log,
-            &name,
-            p,
-            StartAt::Earliest,
-            start,
-            |off, key, value| {
-                let h = hasher.hash(key);
-                if !in_pass(h) {
-                    return Ok(());
-                }
-                let dead = match value {
-                    None => true,
-                    Some(v) => check_deletes && rw.is_delete(v),
-                };
-                if dead {
-                    live.remove(&h);
-                } else {
-                    live.insert(h, off);
-                }
-                Ok(())
-            },
-        )?;
+        store.scan(name, p, None, start, &mut |off, key, value| {
+            let h = hasher.hash(key);
+            if !in_pass(h) {
+                return Ok(());
+            }
+            let dead = match value {
+                None => true,
+                Some(v) => check_deletes && rw.is_delete(v),
+            };
+            if dead {
+                live.remove(&h);
+            } else {
+                live.insert(h, off);
+            }
+            Ok(())
+        })?;
         if live.is_empty() {
             continue;
         }
-        scan(
-            log,
-            &name,
-            p,
-            StartAt::Offset(start),
-            u64::MAX,
-            |_, key, _| {
-                live.remove(&hasher.hash(key));
-                Ok(())
-            },
-        )?;
+        store.scan(name, p, Some(start), u64::MAX, &mut |_, key, _| {
+            live.remove(&hasher.hash(key));
+            Ok(())
+        })?;
         if live.is_empty() {
             continue;
         }
         // The deleted keys' newest records, in offset order: read where they are.
         let mut offsets: Vec<u64> = live.values().copied().collect();
         offsets.sort_unstable();
-        visit_offsets(log, &name, p, &offsets, |off, key, value| {
+        store.visit_offsets(name, p, &offsets, &mut |off, key, value| {
             let h = hasher.hash(key);
             if live.get(&h) != Some(&off) {
                 return Ok(());
@@ -455,16 +661,18 @@ fn partition(
 }
 
 /// Deletes waiting to be appended to one partition, as one batch per ~[`APPEND_BYTES`].
-struct Appender<'t> {
-    topic: &'t Topic,
+struct Appender<'s, S: Store> {
+    store: &'s S,
+    topic: &'s str,
     partition: u32,
-    records: Vec<(Vec<u8>, Option<Vec<u8>>, i64)>,
+    records: Vec<Made>,
     bytes: usize,
 }
 
-impl<'t> Appender<'t> {
-    fn new(topic: &'t Topic, partition: u32) -> Self {
+impl<'s, S: Store> Appender<'s, S> {
+    fn new(store: &'s S, topic: &'s str, partition: u32) -> Self {
         Appender {
+            store,
             topic,
             partition,
             records: Vec::new(),
@@ -472,7 +680,7 @@ impl<'t> Appender<'t> {
         }
     }
 
-    fn push(&mut self, key: &[u8], value: Option<Vec<u8>>, ts: i64) -> Result<(), LogError> {
+    fn push(&mut self, key: &[u8], value: Option<Vec<u8>>, ts: i64) -> Result<(), S::Error> {
         self.bytes += key.len() + value.as_ref().map_or(0, Vec::len);
         self.records.push((key.to_vec(), value, ts));
         if self.bytes >= APPEND_BYTES {
@@ -481,17 +689,12 @@ impl<'t> Appender<'t> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), LogError> {
+    fn flush(&mut self) -> Result<(), S::Error> {
         if self.records.is_empty() {
             return Ok(());
         }
-        let recs: Vec<NewRecord<'_>> = self
-            .records
-            .iter()
-            .map(|(k, v, ts)| NewRecord::new(Some(k), v.as_deref(), *ts))
-            .collect();
-        self.topic.append(self.partition, &recs)?;
-        drop(recs);
+        self.store
+            .append(self.topic, self.partition, &self.records)?;
         self.records.clear();
         self.bytes = 0;
         Ok(())
@@ -522,7 +725,7 @@ mod tests {
         log.flush(None).unwrap();
         let want = [3, 4, 9_000, 9_001, 9_500, 19_999];
         let mut got = Vec::new();
-        visit_offsets(&log, "t", 0, &want, |off, key, _| {
+        visit_offsets(&log, "t", 0, &want, &mut |off, key, _| {
             assert_eq!(key, format!("k{off}").as_bytes());
             got.push(off);
             Ok(())
@@ -531,7 +734,7 @@ mod tests {
         assert_eq!(got, want);
         // Past the end: nothing, no error.
         let mut n = 0;
-        visit_offsets(&log, "t", 0, &[25_000], |_, _, _| {
+        visit_offsets(&log, "t", 0, &[25_000], &mut |_, _, _| {
             n += 1;
             Ok(())
         })

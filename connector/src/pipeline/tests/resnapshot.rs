@@ -308,7 +308,7 @@ async fn a_crash_before_the_snapshots_end_is_durable_loses_no_delete() {
         snapshot(&log, 0..10);
         log.flush(Some(&Checkpoint::SnapshotIncomplete.to_bytes()))
             .unwrap();
-        let out = reconcile::reconcile(&log, &start, &settings, 5).unwrap();
+        let out = reconcile::reconcile(&reconcile::LogStore(&log), &start, &settings, 5).unwrap();
         assert_eq!(out.deleted_keys, 10);
         // Dropped without a flush: the deletes were never durable.
     }
@@ -327,7 +327,7 @@ async fn a_crash_before_the_snapshots_end_is_durable_loses_no_delete() {
     snapshot(&log, 0..8);
     log.flush(Some(&Checkpoint::SnapshotIncomplete.to_bytes()))
         .unwrap();
-    let out = reconcile::reconcile(&log, &start, &settings, 5).unwrap();
+    let out = reconcile::reconcile(&reconcile::LogStore(&log), &start, &settings, 5).unwrap();
     assert_eq!(out.deleted_keys, 12);
     log.flush(Some(&pos(50).to_bytes())).unwrap();
     let view = view(&records(&log, "t.public.a"));
