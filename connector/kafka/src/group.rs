@@ -249,7 +249,13 @@ impl KafkaGroup {
         wait: Duration,
         mut f: impl FnMut(&Arc<str>, &ReadRecord<'_>),
     ) -> Result<(), KafkaLogError> {
-        self.check_topics()?;
+        if let Err(e) = self.check_topics() {
+            if self.subscribed.is_empty() {
+                return Err(e);
+            }
+            // Reading goes on with the topics known; the list is asked again later.
+            tracing::warn!(group = %self.group, error = %e, "Kafka group: the topic list could not be read again");
+        }
         if self.subscribed.is_empty() {
             // Nothing to read yet (the connector has not created its topics).
             std::thread::sleep(wait.min(Duration::from_millis(200)));

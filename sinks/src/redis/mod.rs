@@ -21,6 +21,13 @@
 //! ignored); a change the target refuses (the key holds another type) is
 //! `Delivered::rejected` and the rest applies; a refused password or database stops the
 //! sink.
+//!
+//! Known gap — a dead letter can be lost in a crash: the EXEC that applies a chunk also
+//! moves its partitions' stored offsets past the changes it refused, and the driver writes
+//! their dead letters only after `deliver` returns. A crash in between leaves those
+//! changes stale for every replay: never refused, nor dead-lettered, again. (Closing it:
+//! keep the refusals in a hash written by the same EXEC, report a stale change found
+//! there as refused again, and forget the entry once its dead letter is durable.)
 
 pub mod apply;
 pub mod config;
