@@ -371,7 +371,7 @@ async fn a_sink_group_reading_kafka_keeps_redis_equal_to_the_table_across_kills(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(c.stop(), Some(0), "{}", c.output());
-    let before = Redis::connect(redis.port(), 0).dump();
+    let before = Redis::connect(redis.port(), 0).dump_views();
     let cfg = c.config.to_str().unwrap().to_string();
     let lags = || -> Vec<u64> {
         let out = cdc(&["log", "--config", &cfg, "groups"]);
@@ -405,7 +405,7 @@ async fn a_sink_group_reading_kafka_keeps_redis_equal_to_the_table_across_kills(
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(
-        Redis::connect(redis.port(), 0).dump(),
+        Redis::connect(redis.port(), 0).dump_views(),
         before,
         "the view after the replay"
     );

@@ -89,6 +89,8 @@ pub(crate) struct Sent {
 #[derive(Default)]
 struct Done {
     rejected: Vec<(usize, String)>,
+    /// The refused hash's fields of those refusals.
+    refused_fields: Vec<String>,
 }
 
 impl Done {
@@ -97,6 +99,7 @@ impl Done {
         metrics.stale.add(plan.stale);
         self.rejected
             .extend(plan.rejected.drain(..).map(|(i, e)| (i - shift, e)));
+        self.refused_fields.append(&mut plan.refused_fields);
     }
 }
 
@@ -161,6 +164,10 @@ impl RedisSink {
         let mut done = Done::default();
         for chunk in chunks(changes, from, cuts) {
             let mut plan = ChunkPlan::new(&self.cfg, changes, &chunk.idx);
+            // The refusals reported by the last call have durable dead letters now.
+            if !self.forget_refused.is_empty() {
+                plan.set_forget(std::mem::take(&mut self.forget_refused));
+            }
             if plan.truncated_suffixes().next().is_some() {
                 self.settle(&mut conn, &mut done).await?;
                 // The truncate renames the rows set to the truncated one: that must be free.
@@ -211,6 +218,7 @@ impl RedisSink {
             self.settle(&mut conn, &mut done).await?;
         }
         self.conn = Some(conn);
+        self.forget_refused.append(&mut done.refused_fields);
         let mut d = Delivered {
             rejected: done.rejected,
             ..Delivered::default()
@@ -294,6 +302,11 @@ impl RedisSink {
         let io = |e: ConnError| e.into_sink_error(&addr);
         check_replies(reads, WHAT)?;
         plan.take_reads(reads).map_err(|e| unexpected(WHAT, e))?;
+        if let Some(ask) = plan.reads_refused() {
+            let r = conn.pipeline(&[ask]).await.map_err(io)?;
+            check_replies(&r, WHAT)?;
+            plan.take_refused(&r[0]).map_err(|e| unexpected(WHAT, e))?;
+        }
         let exists = plan.reads_types();
         if !exists.is_empty() {
             let r = conn.pipeline(&exists).await.map_err(io)?;

@@ -22,12 +22,8 @@
 //! `Delivered::rejected` and the rest applies; a refused password or database stops the
 //! sink.
 //!
-//! Known gap — a dead letter can be lost in a crash: the EXEC that applies a chunk also
-//! moves its partitions' stored offsets past the changes it refused, and the driver writes
-//! their dead letters only after `deliver` returns. A crash in between leaves those
-//! changes stale for every replay: never refused, nor dead-lettered, again. (Closing it:
-//! keep the refusals in a hash written by the same EXEC, report a stale change found
-//! there as refused again, and forget the entry once its dead letter is durable.)
+//! A refused change's dead letter survives a crash between the EXEC that passed it and
+//! the dead letter's write: see "Refusals and crashes" in [`apply`].
 
 pub mod apply;
 pub mod config;
@@ -117,6 +113,9 @@ pub struct RedisSink {
     /// The chunk whose EXEC was sent last and whose replies are not read yet (only while
     /// `conn` is the connection it was sent on).
     in_flight: Option<deliver::Sent>,
+    /// Refused hash fields of the refusals the last `deliver` reported (their dead letters
+    /// are durable when the driver calls again): the next chunk's block deletes them.
+    forget_refused: Vec<String>,
 }
 
 impl RedisSink {
@@ -137,6 +136,7 @@ impl RedisSink {
             metrics: RedisMetrics::new(metrics, spec.name()),
             sweeps_checked: false,
             in_flight: None,
+            forget_refused: Vec::new(),
         };
         match sink.connected().await {
             Ok(_) => {}
