@@ -502,14 +502,11 @@ fn servers_die_with_their_test_process() {
         "servers gone {:?} after SIGKILL of their process",
         t.elapsed()
     );
-    let swept = sweep_stale();
+    // Swept here, or by another test binary that started meanwhile (the suite runs
+    // several at once, and each sweeps at its start): which one reports it is a race.
+    let _ = sweep_stale();
     for (kind, _, dir) in &servers {
         assert!(!dir.exists(), "{kind}: {} not swept", dir.display());
-        assert!(
-            swept.contains(dir),
-            "{kind}: sweep did not report {}",
-            dir.display()
-        );
     }
 
     // Normal exit with shared servers: the at-exit hook stops them and removes the dirs.
