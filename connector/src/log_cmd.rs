@@ -283,19 +283,7 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
             to_earliest,
             to_latest,
         } => {
-            let to = match (to_offset, to_time, to_earliest, to_latest) {
-                (Some(o), None, false, false) => StartAt::Offset(o),
-                (None, Some(t), false, false) => {
-                    StartAt::Timestamp(parse_time(&t, cdc_log::now_ms()).map_err(usage)?)
-                }
-                (None, None, true, false) => StartAt::Earliest,
-                (None, None, false, true) => StartAt::Latest,
-                _ => {
-                    return Err(usage(
-                        "say where to: exactly one of --to-offset N, --to-time TIME, --to-earliest, --to-latest",
-                    ))
-                }
-            };
+            let to = reset_target(to_offset, to_time, to_earliest, to_latest)?;
             // A sink's group lives in its own file (`groups.d`): it is reset through a
             // read-only open, so this works while `cdc run` holds the log.
             let ro = Log::open_read_only(&dir)?;
@@ -443,18 +431,11 @@ fn kafka(config: &crate::config::Config, cmd: LogCommand) -> Result<(), Failure>
             to_earliest,
             to_latest,
         } => {
-            let to = match (to_offset, to_time, to_earliest, to_latest) {
-                (Some(o), None, false, false) => cdc_kafka::ResetTo::Offset(o as i64),
-                (None, Some(t), false, false) => cdc_kafka::ResetTo::Timestamp(
-                    parse_time(&t, cdc_log::now_ms()).map_err(usage)?,
-                ),
-                (None, None, true, false) => cdc_kafka::ResetTo::Earliest,
-                (None, None, false, true) => cdc_kafka::ResetTo::Latest,
-                _ => {
-                    return Err(usage(
-                        "say where to: exactly one of --to-offset N, --to-time TIME, --to-earliest, --to-latest",
-                    ))
-                }
+            let to = match reset_target(to_offset, to_time, to_earliest, to_latest)? {
+                StartAt::Offset(o) => cdc_kafka::ResetTo::Offset(o as i64),
+                StartAt::Timestamp(t) => cdc_kafka::ResetTo::Timestamp(t),
+                StartAt::Earliest => cdc_kafka::ResetTo::Earliest,
+                StartAt::Latest => cdc_kafka::ResetTo::Latest,
             };
             let Some(parts) = reader.describe(&topic).map_err(failed)? else {
                 return Err(Failure(1, format!("unknown topic {topic:?} in Kafka")));
@@ -780,6 +761,28 @@ fn produce(
     append(&mut pending)?;
     println!("appended {total} records to {topic}");
     Ok(())
+}
+
+/// `reset-group`'s target: exactly one of its `--to-*` options.
+fn reset_target(
+    to_offset: Option<u64>,
+    to_time: Option<String>,
+    to_earliest: bool,
+    to_latest: bool,
+) -> Result<StartAt, Failure> {
+    Ok(match (to_offset, to_time, to_earliest, to_latest) {
+        (Some(o), None, false, false) => StartAt::Offset(o),
+        (None, Some(t), false, false) => {
+            StartAt::Timestamp(parse_time(&t, cdc_log::now_ms()).map_err(usage)?)
+        }
+        (None, None, true, false) => StartAt::Earliest,
+        (None, None, false, true) => StartAt::Latest,
+        _ => {
+            return Err(usage(
+                "say where to: exactly one of --to-offset N, --to-time TIME, --to-earliest, --to-latest",
+            ))
+        }
+    })
 }
 
 fn reset_group(

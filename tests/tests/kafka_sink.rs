@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use cdc_harness::{passwords, PgServer, RedisServer, TansuKafka, TlsProxy};
 use kafka_util::*;
 use pg_source_util::*;
-use redis_util::{Redis, R};
+use redis_util::Redis;
 use serde_json::Value as Json;
 
 /// `cdc sink --config C --sink NAME` as a child process, its stderr kept in a file.
@@ -135,22 +135,7 @@ async fn rows(pg: &PgServer, db: &str) -> BTreeMap<i64, Json> {
 
 /// The JSON view (`t:items:<id>`), the refused key by its type.
 fn view(port: u16) -> BTreeMap<i64, Json> {
-    let mut r = Redis::connect(port, 0);
-    let mut m = BTreeMap::new();
-    for k in r.keys("t:items:*") {
-        let id: i64 = k.rsplit(':').next().unwrap().parse().unwrap();
-        match r.cmd(&["GET", &k]) {
-            R::Str(b) => {
-                m.insert(id, serde_json::from_slice(&b).unwrap());
-            }
-            R::Err(_) => {
-                m.insert(id, Json::String("<not a string>".into()));
-            }
-            R::Nil => {}
-            other => panic!("{k}: {other:?}"),
-        }
-    }
-    m
+    Redis::connect(port, 0).json_view("t:items:*")
 }
 
 /// A connector of `items` writing to the Kafka at `brokers` (`[log.kafka]` gets

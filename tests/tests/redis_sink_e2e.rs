@@ -31,26 +31,6 @@ async fn rows(pg: &PgServer, db: &str) -> BTreeMap<i64, Json> {
         .collect()
 }
 
-/// The JSON view (`t:items:<id>` strings), or why it cannot be read.
-fn json_view(r: &mut Redis) -> BTreeMap<i64, Json> {
-    let mut m = BTreeMap::new();
-    for k in r.keys("t:items:*") {
-        let id: i64 = k.rsplit(':').next().unwrap().parse().unwrap();
-        match r.cmd(&["GET", &k]) {
-            R::Str(b) => {
-                m.insert(id, serde_json::from_slice(&b).unwrap());
-            }
-            R::Err(_) => {
-                m.insert(id, Json::String("<not a string>".into()));
-            }
-            // Deleted by the sink between KEYS and GET.
-            R::Nil => {}
-            other => panic!("{k}: {other:?}"),
-        }
-    }
-    m
-}
-
 /// The hash view (`h:items:<id>` hashes) as id → {column: text}.
 fn hash_view(r: &mut Redis) -> BTreeMap<i64, BTreeMap<String, String>> {
     let mut m = BTreeMap::new();
@@ -111,7 +91,7 @@ async fn wait_views(
         let (json, hash) = std::panic::catch_unwind(|| {
             let mut r0 = Redis::connect(redis.port(), 0);
             let mut r1 = Redis::connect(redis.port(), 1);
-            (json_view(&mut r0), hash_view(&mut r1))
+            (r0.json_view("t:items:*"), hash_view(&mut r1))
         })
         .unwrap_or_default();
         // A row last written before the ADD COLUMN has no `note` in its JSON: absent

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
@@ -66,14 +66,7 @@ struct GroupContext {
 
 impl ClientContext for GroupContext {
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        use rdkafka::config::RDKafkaLogLevel as L;
-        match level {
-            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
-                tracing::warn!(facility = fac, "librdkafka: {log_message}")
-            }
-            L::Notice | L::Info => tracing::info!(facility = fac, "librdkafka: {log_message}"),
-            L::Debug => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
-        }
+        crate::log::trace_librdkafka(level, fac, log_message);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -295,18 +288,7 @@ impl KafkaGroup {
                     t
                 }
             };
-            let headers = m
-                .headers()
-                .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
-                .unwrap_or_default();
-            let rec = ReadRecord {
-                partition: m.partition() as u32,
-                offset: m.offset() as u64,
-                timestamp: m.timestamp().to_millis(),
-                key: m.key(),
-                value: m.payload(),
-                headers,
-            };
+            let rec = crate::read::record_of(&m);
             bytes += rec.key.map_or(0, <[u8]>::len) + rec.value.map_or(0, <[u8]>::len) + 64;
             f(&topic, &rec);
             given += 1;

@@ -46,14 +46,7 @@ impl ClientContext for Reports {
     /// librdkafka's own log lines, at our levels: a broker that is down is worth a
     /// warning (the connector retries), not an error line per attempt.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        use rdkafka::config::RDKafkaLogLevel as L;
-        match level {
-            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
-                tracing::warn!(facility = fac, "librdkafka: {log_message}")
-            }
-            L::Notice | L::Info => tracing::info!(facility = fac, "librdkafka: {log_message}"),
-            L::Debug => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
-        }
+        trace_librdkafka(level, fac, log_message);
     }
 
     /// Client-wide errors (all brokers down, a transport failure): librdkafka retries
@@ -76,6 +69,23 @@ impl ProducerContext for Reports {
                 *first = Some(e.clone());
             }
         }
+    }
+}
+
+/// librdkafka's own log lines, at our levels: a broker that is down is worth a warning
+/// (the clients retry), not an error line per attempt.
+pub(crate) fn trace_librdkafka(
+    level: rdkafka::config::RDKafkaLogLevel,
+    fac: &str,
+    log_message: &str,
+) {
+    use rdkafka::config::RDKafkaLogLevel as L;
+    match level {
+        L::Emerg | L::Alert | L::Critical | L::Error | L::Warning => {
+            tracing::warn!(facility = fac, "librdkafka: {log_message}")
+        }
+        L::Notice | L::Info => tracing::info!(facility = fac, "librdkafka: {log_message}"),
+        L::Debug => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
     }
 }
 

@@ -40,6 +40,21 @@ pub struct ReadRecord<'a> {
     pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
 }
 
+/// The record view of a consumed message (borrowed from it).
+pub(crate) fn record_of<'a>(m: &'a rdkafka::message::BorrowedMessage<'a>) -> ReadRecord<'a> {
+    ReadRecord {
+        partition: m.partition() as u32,
+        offset: m.offset() as u64,
+        timestamp: m.timestamp().to_millis(),
+        key: m.key(),
+        value: m.payload(),
+        headers: m
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
+            .unwrap_or_default(),
+    }
+}
+
 /// A read-only view of the cluster.
 pub struct KafkaReader {
     consumer: BaseConsumer<QuietEof>,
@@ -104,6 +119,33 @@ impl KafkaReader {
         Ok(Some(out))
     }
 
+    /// Where partition `p` of `topic` is read from for `from`; `None`: no record at or
+    /// after that time.
+    fn start_offset(
+        &self,
+        topic: &str,
+        p: u32,
+        from: ReadFrom,
+    ) -> Result<Option<Offset>, KafkaLogError> {
+        Ok(Some(match from {
+            ReadFrom::Earliest => Offset::Beginning,
+            ReadFrom::Offset(o) => Offset::Offset(o as i64),
+            ReadFrom::Timestamp(ts) => {
+                let mut q = TopicPartitionList::new();
+                q.add_partition_offset(topic, p as i32, Offset::Offset(ts))
+                    .map_err(|e| Self::err("offsets for times", e))?;
+                let r = self
+                    .consumer
+                    .offsets_for_times(q, self.timeout)
+                    .map_err(|e| Self::err("offsets for times", e))?;
+                match r.elements().first().map(|e| e.offset()) {
+                    Some(Offset::Offset(o)) => Offset::Offset(o),
+                    _ => return Ok(None),
+                }
+            }
+        }))
+    }
+
     /// Calls `f` for each committed record of `topic`'s `partitions` from `from` to the
     /// partition's end (each partition in offset order, one after the other), at most
     /// `max` records; stops early when `f` returns false.
@@ -120,23 +162,9 @@ impl KafkaReader {
             if left == 0 {
                 return Ok(());
             }
-            let offset = match from {
-                ReadFrom::Earliest => Offset::Beginning,
-                ReadFrom::Offset(o) => Offset::Offset(o as i64),
-                ReadFrom::Timestamp(ts) => {
-                    let mut q = TopicPartitionList::new();
-                    q.add_partition_offset(topic, p as i32, Offset::Offset(ts))
-                        .map_err(|e| Self::err("offsets for times", e))?;
-                    let r = self
-                        .consumer
-                        .offsets_for_times(q, self.timeout)
-                        .map_err(|e| Self::err("offsets for times", e))?;
-                    match r.elements().first().map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => Offset::Offset(o),
-                        // No record that late: nothing to read here.
-                        _ => continue,
-                    }
-                }
+            // No record that late: nothing to read here.
+            let Some(offset) = self.start_offset(topic, p, from)? else {
+                continue;
             };
             let mut tpl = TopicPartitionList::new();
             tpl.add_partition_offset(topic, p as i32, offset)
@@ -149,18 +177,7 @@ impl KafkaReader {
                 match self.consumer.poll(Duration::from_millis(100)) {
                     Some(Ok(m)) => {
                         deadline = Instant::now() + self.timeout;
-                        let headers = m
-                            .headers()
-                            .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
-                            .unwrap_or_default();
-                        let rec = ReadRecord {
-                            partition: p,
-                            offset: m.offset() as u64,
-                            timestamp: m.timestamp().to_millis(),
-                            key: m.key(),
-                            value: m.payload(),
-                            headers,
-                        };
+                        let rec = record_of(&m);
                         left -= 1;
                         if !f(&rec) || left == 0 {
                             return Ok(());
@@ -197,24 +214,8 @@ impl KafkaReader {
     ) -> Result<(), KafkaLogError> {
         let mut tpl = TopicPartitionList::new();
         for &p in partitions {
-            let offset = match from {
-                ReadFrom::Earliest => Offset::Beginning,
-                ReadFrom::Offset(o) => Offset::Offset(o as i64),
-                ReadFrom::Timestamp(ts) => {
-                    let mut q = TopicPartitionList::new();
-                    q.add_partition_offset(topic, p as i32, Offset::Offset(ts))
-                        .map_err(|e| Self::err("offsets for times", e))?;
-                    let r = self
-                        .consumer
-                        .offsets_for_times(q, self.timeout)
-                        .map_err(|e| Self::err("offsets for times", e))?;
-                    match r.elements().first().map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => Offset::Offset(o),
-                        // No record that late yet: from the end, for the ones to come.
-                        _ => Offset::End,
-                    }
-                }
-            };
+            // No record that late yet: from the end, for the ones to come.
+            let offset = self.start_offset(topic, p, from)?.unwrap_or(Offset::End);
             tpl.add_partition_offset(topic, p as i32, offset)
                 .map_err(|e| Self::err("assign", e))?;
         }
@@ -225,18 +226,7 @@ impl KafkaReader {
         while left > 0 {
             match self.consumer.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
-                    let headers = m
-                        .headers()
-                        .map(|h| h.iter().map(|h| (h.key, h.value)).collect())
-                        .unwrap_or_default();
-                    let rec = ReadRecord {
-                        partition: m.partition() as u32,
-                        offset: m.offset() as u64,
-                        timestamp: m.timestamp().to_millis(),
-                        key: m.key(),
-                        value: m.payload(),
-                        headers,
-                    };
+                    let rec = record_of(&m);
                     left -= 1;
                     if !f(&rec) {
                         return Ok(());

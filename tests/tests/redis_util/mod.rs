@@ -122,4 +122,26 @@ impl Redis {
         d.retain(|k, _| !k.ends_with(":__cdc:refused"));
         d
     }
+
+    /// A JSON view: the keys matching `pattern` (`<prefix>:<table>:<id>`) as id → the row
+    /// they hold; a key of another type (another application's) as the string
+    /// `"<not a string>"`.
+    pub fn json_view(&mut self, pattern: &str) -> BTreeMap<i64, serde_json::Value> {
+        let mut m = BTreeMap::new();
+        for k in self.keys(pattern) {
+            let id: i64 = k.rsplit(':').next().unwrap().parse().unwrap();
+            match self.cmd(&["GET", &k]) {
+                R::Str(b) => {
+                    m.insert(id, serde_json::from_slice(&b).unwrap());
+                }
+                R::Err(_) => {
+                    m.insert(id, serde_json::Value::String("<not a string>".into()));
+                }
+                // Deleted by the sink between KEYS and GET.
+                R::Nil => {}
+                other => panic!("{k}: {other:?}"),
+            }
+        }
+        m
+    }
 }
