@@ -528,17 +528,8 @@ impl GroupOffsets {
                 ResetTo::Latest => d.high,
                 ResetTo::Offset(o) => o,
                 ResetTo::Timestamp(ts) => {
-                    let mut q = TopicPartitionList::new();
-                    q.add_partition_offset(topic, p as i32, Offset::Offset(ts))
-                        .map_err(|e| Self::err("offsets for times", e))?;
-                    let r = self
-                        .consumer
-                        .offsets_for_times(q, self.timeout)
-                        .map_err(|e| Self::err("offsets for times", e))?;
-                    match r.elements().first().map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => o,
-                        _ => d.high,
-                    }
+                    crate::read::offset_for_time(&self.consumer, topic, p, ts, self.timeout)?
+                        .unwrap_or(d.high)
                 }
             };
             let target = target.clamp(d.low, d.high);

@@ -55,6 +55,26 @@ pub(crate) fn record_of<'a>(m: &'a rdkafka::message::BorrowedMessage<'a>) -> Rea
     }
 }
 
+/// The offset of partition `p`'s first record at or after `ts` (ms since the epoch);
+/// `None` when there is none that late. Blocking.
+pub(crate) fn offset_for_time<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    p: u32,
+    ts: i64,
+    timeout: Duration,
+) -> Result<Option<i64>, KafkaLogError> {
+    let err = |e| KafkaLogError::from_kafka("offsets for times", e, "");
+    let mut q = TopicPartitionList::new();
+    q.add_partition_offset(topic, p as i32, Offset::Offset(ts))
+        .map_err(err)?;
+    let r = consumer.offsets_for_times(q, timeout).map_err(err)?;
+    Ok(match r.elements().first().map(|e| e.offset()) {
+        Some(Offset::Offset(o)) => Some(o),
+        _ => None,
+    })
+}
+
 /// A read-only view of the cluster.
 pub struct KafkaReader {
     consumer: BaseConsumer<QuietEof>,
@@ -131,16 +151,9 @@ impl KafkaReader {
             ReadFrom::Earliest => Offset::Beginning,
             ReadFrom::Offset(o) => Offset::Offset(o as i64),
             ReadFrom::Timestamp(ts) => {
-                let mut q = TopicPartitionList::new();
-                q.add_partition_offset(topic, p as i32, Offset::Offset(ts))
-                    .map_err(|e| Self::err("offsets for times", e))?;
-                let r = self
-                    .consumer
-                    .offsets_for_times(q, self.timeout)
-                    .map_err(|e| Self::err("offsets for times", e))?;
-                match r.elements().first().map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => Offset::Offset(o),
-                    _ => return Ok(None),
+                match offset_for_time(&self.consumer, topic, p, ts, self.timeout)? {
+                    Some(o) => Offset::Offset(o),
+                    None => return Ok(None),
                 }
             }
         }))
