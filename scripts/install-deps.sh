@@ -19,6 +19,9 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # For the schema-registry client tests (Confluent's Python and Java clients).
 command -v unzip >/dev/null 2>&1 || missing+=(unzip)
 command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
+# The admin status page is tested in a real browser; the alert rules with promtool.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -5,7 +5,8 @@
 //! |---|---|
 //! | `GET /healthz` | 200 `ok` while the process serves (liveness) |
 //! | `GET /readyz` | 200 `ready` once [`Readiness::set_ready`]`(true)`, else 503 `not ready` |
-//! | `GET /status` | 200, JSON: `{"state": "running"}`, or `{"state": "waiting for disk", "reason": …, "waiting_seconds": …}` while the pipeline waits for disk (it stays ready meanwhile: a restart would not free space); with sinks, `"sinks": {name: {state, error, lag_records, lag_ms, applied, dead_letters, retries}}` |
+//! | `GET /` | the status page (HTML, refreshes itself from `/status`) for a browser; with an embedded registry, `{}` (the registry API's root) for any other client |
+//! | `GET /status` | 200, JSON: the status document (`crate::status`): state (`running`, or `waiting for disk` with its reason; it stays ready meanwhile: a restart would not free space), source position and the database's view of it, lag, log topics, sinks, last errors |
 //! | `GET /metrics` | Prometheus text format 0.0.4: the log's counters, the registry's sizes, and whatever the pipeline registers in [`Metrics`] |
 //! | `/…` and `/registry/…` | the Confluent Schema Registry API (`cdc_registry::http`), when an embedded registry is served; with a remote one, 404 naming it |
 //!
@@ -16,13 +17,11 @@
 //! shutdown).await?;` then `admin.readiness.set_ready(true)` when streaming, and
 //! `admin.metrics.counter("cdc_records_total", "…")` for its own figures.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -31,10 +30,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use cdc_log::{Log, Metrics as LogMetrics, MetricsSnapshot};
-use cdc_registry::http::{not_found, routes, ApiError};
+use cdc_registry::http::{api_routes, not_found, routes, ApiError};
 use cdc_registry::EmbeddedRegistry;
 pub use cdc_schemas::metrics::{Counter, Gauge, Metrics};
-use cdc_sinks::metrics::SinkMetrics;
 use tokio::task::JoinHandle;
 
 /// Whether the connector is ready to serve (the `/readyz` probe). Cheap to clone.
@@ -53,95 +51,7 @@ impl Readiness {
     }
 }
 
-/// What `/status` reports about the pipeline and the sinks. Cheap to clone.
-#[derive(Clone, Default)]
-pub struct Status {
-    disk_wait: Arc<Mutex<Option<(String, Instant)>>>,
-    /// Per sink: its figures and, once it stopped on a definite error, that error.
-    sinks: Arc<Mutex<BTreeMap<String, SinkEntry>>>,
-}
-
-/// A sink's figures and, once it stopped on a definite error, that error.
-type SinkEntry = (SinkMetrics, Option<String>);
-
-impl std::fmt::Debug for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Status")
-    }
-}
-
-impl Status {
-    /// Reports sink `name` (its figures are `metrics`) in `/status` from now on.
-    pub fn add_sink(&self, name: &str, metrics: SinkMetrics) {
-        let mut g = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
-        g.insert(name.to_string(), (metrics, None));
-    }
-
-    /// Sink `name` stopped on a definite `error`.
-    pub fn sink_stopped(&self, name: &str, error: String) {
-        let mut g = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = g.get_mut(name) {
-            e.1 = Some(error);
-        }
-    }
-
-    /// `Some(reason)`: the pipeline waits for disk from now on; `None`: it runs again.
-    pub fn set_waiting_for_disk(&self, reason: Option<String>) {
-        let mut g = self.disk_wait.lock().unwrap_or_else(|p| p.into_inner());
-        match reason {
-            Some(r) => {
-                let since = g.as_ref().map_or_else(Instant::now, |(_, t)| *t);
-                *g = Some((r, since));
-            }
-            None => *g = None,
-        }
-    }
-
-    /// The reason and how long the pipeline has waited, while it waits for disk.
-    pub fn waiting_for_disk(&self) -> Option<(String, std::time::Duration)> {
-        let g = self.disk_wait.lock().unwrap_or_else(|p| p.into_inner());
-        g.as_ref().map(|(r, t)| (r.clone(), t.elapsed()))
-    }
-
-    /// The `/status` document.
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut doc = match self.waiting_for_disk() {
-            Some((reason, d)) => serde_json::json!({
-                "state": "waiting for disk",
-                "reason": reason,
-                "waiting_seconds": d.as_secs(),
-            }),
-            None => serde_json::json!({ "state": "running" }),
-        };
-        let g = self.sinks.lock().unwrap_or_else(|p| p.into_inner());
-        if !g.is_empty() {
-            let sinks: serde_json::Map<String, serde_json::Value> = g
-                .iter()
-                .map(|(name, (m, stopped))| {
-                    let state = match stopped {
-                        Some(_) => "stopped",
-                        None if m.up.get() == 1 => "running",
-                        None => "retrying",
-                    };
-                    (
-                        name.clone(),
-                        serde_json::json!({
-                            "state": state,
-                            "error": stopped,
-                            "lag_records": m.lag_records.get(),
-                            "lag_ms": m.lag_ms.get(),
-                            "applied": m.applied.get(),
-                            "dead_letters": m.dead_letters.get(),
-                            "retries": m.retries.get(),
-                        }),
-                    )
-                })
-                .collect();
-            doc["sinks"] = serde_json::Value::Object(sinks);
-        }
-        doc
-    }
-}
+pub use crate::status::Status;
 
 fn metric(out: &mut String, name: &str, kind: &str, help: &str, v: u64) {
     let _ = writeln!(
@@ -182,19 +92,10 @@ pub fn render_log_metrics(s: &MetricsSnapshot, out: &mut String) {
         "Flushes (fsync + ledger) of the embedded log.",
         s.flushes,
     );
-    metric(
+    let _ = writeln!(
         out,
-        "cdc_log_flush_seconds_total",
-        c,
-        "Time spent flushing, in nanoseconds / 1e9 (see _nanos).",
-        s.flush_nanos / 1_000_000_000,
-    );
-    metric(
-        out,
-        "cdc_log_flush_nanoseconds_total",
-        c,
-        "Time spent flushing, in nanoseconds.",
-        s.flush_nanos,
+        "# HELP cdc_log_flush_seconds_total Time spent flushing (fsync and ledger).\n# TYPE cdc_log_flush_seconds_total counter\ncdc_log_flush_seconds_total {}",
+        s.flush_nanos as f64 / 1e9
     );
     metric(
         out,
@@ -378,6 +279,8 @@ pub struct AdminOptions {
     /// The embedded log's counters and gauges (shared across the log's reopens).
     pub log_metrics: Option<Arc<LogMetrics>>,
     pub basic_auth: Option<BasicAuth>,
+    /// `[admin] token`: required by everything but the probes and the page.
+    pub token: Option<cdc_sources::secret::Secret>,
     pub readiness: Readiness,
     pub metrics: Metrics,
     pub status: Status,
@@ -392,6 +295,7 @@ impl AdminOptions {
             remote_registry: None,
             log_metrics: None,
             basic_auth: None,
+            token: None,
             readiness: Readiness::new(true),
             metrics: Metrics::default(),
             status: Status::default(),
@@ -427,6 +331,11 @@ impl AdminOptions {
         self.basic_auth = auth;
         self
     }
+    /// Require this bearer token (see [`AdminOptions::token`]).
+    pub fn token(mut self, token: Option<cdc_sources::secret::Secret>) -> Self {
+        self.token = token;
+        self
+    }
 }
 
 /// A running admin server.
@@ -446,7 +355,9 @@ pub fn router(options: &AdminOptions) -> Router {
     let status = options.status.clone();
     let log_metrics = options.log_metrics.clone();
     let registry = options.registry.clone();
-    let mut app = Router::new()
+    // Probes (orchestrators call them without credentials) and the page (no data in
+    // it: it asks for the token when `/status` wants one).
+    let mut open = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
             "/readyz",
@@ -460,17 +371,26 @@ pub fn router(options: &AdminOptions) -> Router {
                     }
                 }
             }),
-        )
+        );
+    let mut app = Router::new()
         .route(
             "/status",
             get(move || {
-                let body = status.to_json().to_string() + "\n";
+                let status = status.clone();
                 async move {
-                    let mut resp = body.into_response();
+                    let doc = match status.config().cloned() {
+                        Some(config) => {
+                            crate::status::collect::document(&config, Some(&status)).await
+                        }
+                        None => status.to_json(),
+                    };
+                    let mut resp = (doc.to_string() + "\n").into_response();
                     resp.headers_mut().insert(
                         header::CONTENT_TYPE,
                         HeaderValue::from_static("application/json"),
                     );
+                    resp.headers_mut()
+                        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
                     resp
                 }
             }),
@@ -502,26 +422,81 @@ pub fn router(options: &AdminOptions) -> Router {
                 }
             }),
         );
+    // `/`: the status page for a browser; for anything else with an embedded registry,
+    // the registry API's root (`{}`, which Confluent clients may probe).
+    let with_registry = options.registry.is_some();
+    open = open.route(
+        "/",
+        get(move |headers: axum::http::HeaderMap| async move {
+            let html = headers
+                .get(header::ACCEPT)
+                .and_then(|a| a.to_str().ok())
+                .is_some_and(|a| a.contains("text/html"));
+            if html || !with_registry {
+                let mut resp = crate::status::PAGE.into_response();
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/html; charset=utf-8"),
+                );
+                resp
+            } else {
+                let mut resp = "{}".into_response();
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/vnd.schemaregistry.v1+json"),
+                );
+                resp
+            }
+        }),
+    );
     if let Some(r) = &options.registry {
+        let mut root_api = api_routes(r.clone());
         let mut api = routes(r.clone());
         if let Some(auth) = &options.basic_auth {
-            api = api.layer(middleware::from_fn_with_state(
-                Arc::new(auth.clone()),
-                require_auth,
-            ));
+            let auth = Arc::new(auth.clone());
+            api = api.layer(middleware::from_fn_with_state(auth.clone(), require_auth));
+            root_api = root_api.layer(middleware::from_fn_with_state(auth, require_auth));
         }
-        app = app.nest("/registry", api.clone()).merge(api);
+        app = app.nest("/registry", api).merge(root_api);
     } else if let Some(url) = &options.remote_registry {
         // A client pointed here by habit learns where the schemas are.
         let message = format!(
             "HTTP 404 Not Found: this connector uses the schema registry at {url}; this address serves no registry API"
         );
-        return app.fallback(move || {
+        app = app.fallback(move || {
             let message = message.clone();
             async move { ApiError::new(404, 404, message) }
         });
+    } else {
+        app = app.fallback(not_found);
     }
-    app.fallback(not_found)
+    if let Some(token) = &options.token {
+        let expected = Arc::new(format!("Bearer {}", token.expose()));
+        app = app.layer(middleware::from_fn_with_state(expected, require_bearer));
+    }
+    open.merge(app)
+}
+
+/// With `[admin] token` set: everything but the probes and the page needs
+/// `Authorization: Bearer <token>`.
+async fn require_bearer(State(expected): State<Arc<String>>, req: Request, next: Next) -> Response {
+    let ok = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .is_some_and(|h| constant_time_eq(h.as_bytes(), expected.as_bytes()));
+    if ok {
+        return next.run(req).await;
+    }
+    let mut r = (
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized: this admin address needs the admin token (Authorization: Bearer <token>; [admin] token_file)\n",
+    )
+        .into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"cdc admin\""),
+    );
+    r
 }
 
 /// Binds `options.listen` and serves until `shutdown` completes (then finishes the
@@ -616,18 +591,6 @@ mod tests {
             out.contains("\ncdc_log_ledger_fallback_cut_records_total 1\n"),
             "{out}"
         );
-    }
-
-    #[test]
-    fn status_says_waiting_for_disk() {
-        let s = Status::default();
-        assert_eq!(s.to_json()["state"], "running");
-        s.set_waiting_for_disk(Some("disk full".into()));
-        let j = s.to_json();
-        assert_eq!(j["state"], "waiting for disk");
-        assert_eq!(j["reason"], "disk full");
-        s.set_waiting_for_disk(None);
-        assert_eq!(s.to_json()["state"], "running");
     }
 
     #[test]

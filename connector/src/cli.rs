@@ -19,12 +19,12 @@ use crate::logging::{self, LogFormat};
     about = "Change data capture from Postgres and MySQL/MariaDB into a partitioned log"
 )]
 pub struct Cli {
-    /// Log line format on stderr.
+    /// Log line format on stderr: auto = text on a terminal, JSON lines otherwise.
     #[arg(
         long,
         global = true,
         value_enum,
-        default_value = "text",
+        default_value = "auto",
         env = "CDC_LOG_FORMAT"
     )]
     pub log_format: LogFormat,
@@ -53,6 +53,18 @@ pub enum Command {
         /// Serve `/healthz` and `/metrics` (the sink's lag and counters) here.
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
+    },
+    /// Where the connector stands: source position and the database's view of it (slot,
+    /// retained WAL / binlog margin), lag, snapshot progress, topics, sinks, last errors.
+    /// Asks the running connector on `[admin] listen`; without one, reads the log and the
+    /// database.
+    Status {
+        /// The configuration file (TOML).
+        #[arg(long, short, env = "CDC_CONFIG")]
+        config: PathBuf,
+        /// Print the document as JSON (the same as `GET /status`).
+        #[arg(long)]
+        json: bool,
     },
     /// Check that the source database is ready for change data capture.
     Check {
@@ -121,6 +133,13 @@ fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {
 
 async fn dispatch(command: Command) -> ExitCode {
     match command {
+        Command::Status { config, json } => {
+            let config = match load_config(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            crate::status::cmd::run(config, json).await
+        }
         Command::Check { config, json } => {
             let config = match load_config(&config) {
                 Ok(c) => c,

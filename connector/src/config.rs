@@ -84,6 +84,34 @@ struct RawConfig {
 pub struct AdminConfig {
     #[serde(default = "default_listen")]
     pub listen: SocketAddr,
+    /// A bearer token every admin endpoint but `/healthz` and `/readyz` then requires
+    /// (`Authorization: Bearer <token>`): status, metrics, the status page's data and
+    /// the registry API. Secret (`CDC_ADMIN__TOKEN` from the environment).
+    #[serde(default)]
+    pub token: Option<cdc_sources::secret::Secret>,
+    /// The token in a file (one trailing newline ignored); wins over `token`.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl AdminConfig {
+    /// The admin token, read from `token_file` when set (validated at load).
+    pub fn token(&self) -> Option<cdc_sources::secret::Secret> {
+        match &self.token_file {
+            Some(f) => read_token_file(f).ok(),
+            None => self.token.clone().filter(|t| !t.expose().is_empty()),
+        }
+    }
+}
+
+fn read_token_file(f: &Path) -> Result<cdc_sources::secret::Secret, String> {
+    let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+    let t = text.strip_suffix('\n').unwrap_or(&text);
+    let t = t.strip_suffix('\r').unwrap_or(t);
+    if t.is_empty() {
+        return Err(format!("{} is empty", f.display()));
+    }
+    Ok(cdc_sources::secret::Secret::new(t))
 }
 
 fn default_listen() -> SocketAddr {
@@ -94,6 +122,8 @@ impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
             listen: default_listen(),
+            token: None,
+            token_file: None,
         }
     }
 }
@@ -273,6 +303,12 @@ impl Config {
         }
         if self.log.dir.as_os_str().is_empty() {
             return Err(("log.dir".into(), "must not be empty".into()));
+        }
+        if let Some(f) = &self.admin.token_file {
+            read_token_file(f).map_err(|m| ("admin.token_file".to_string(), m))?;
+        }
+        if !self.admin.listen.ip().is_loopback() && self.admin.token().is_none() {
+            tracing::warn!(listen = %self.admin.listen, "the admin address is not loopback and no admin token is set: anyone who reaches it can read the status and metrics and change the schema registry; set admin.token_file");
         }
         self.log.topic_config()?;
         if self.log.kind == LogKind::Kafka {

@@ -13,4 +13,5 @@ pub mod logging;
 pub mod pipeline;
 pub mod registry_cmd;
 pub mod sink_run;
+pub mod status;
 pub mod verify;

@@ -1,8 +1,10 @@
 //! Log output: `tracing` to stderr, as text or JSON lines.
 //!
-//! The filter comes from `CDC_LOG_LEVEL` (or `RUST_LOG`), default `info`. Text lines are
-//! coloured only when stderr is a terminal and `NO_COLOR` is not set: a log file, a pipe
-//! or a container's log collector gets plain text. No log line carries a row value or a
+//! The filter comes from `CDC_LOG_LEVEL` (or `RUST_LOG`), default `info`. The format is
+//! `--log-format` / `CDC_LOG_FORMAT`: `auto` (the default) writes text to a terminal and
+//! JSON lines (one object per event, its fields flattened) to anything else — a log file,
+//! a pipe, a container's log collector; `text` and `json` force one. Text lines are
+//! coloured only on a terminal and when `NO_COLOR` is not set. No log line carries a row value or a
 //! secret: configuration is logged only through its redacting `Debug` forms.
 
 use std::io::IsTerminal;
@@ -12,6 +14,8 @@ use tracing_subscriber::EnvFilter;
 /// Output format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
+    /// Text on a terminal, JSON lines otherwise.
+    Auto,
     Text,
     Json,
 }
@@ -28,8 +32,14 @@ pub fn init(format: LogFormat) {
         .with_env_filter(filter)
         .with_ansi(colour)
         .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let json = match format {
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+        LogFormat::Text => false,
+        LogFormat::Json => true,
+    };
+    let _ = if json {
+        builder.json().flatten_event(true).try_init()
+    } else {
+        builder.try_init()
     };
 }

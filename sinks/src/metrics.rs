@@ -40,9 +40,10 @@ impl SinkMetrics {
                 &l("cdc_sink_lag_records"),
                 "Records in the log a sink has not applied yet",
             ),
-            lag_ms: metrics.gauge(
-                &l("cdc_sink_lag_milliseconds"),
+            lag_ms: metrics.gauge_scaled(
+                &l("cdc_sink_lag_seconds"),
                 "Age of the oldest record the sink has read and not yet applied (while records wait); 0 when caught up",
+                1000,
             ),
             up: metrics.gauge(
                 &l("cdc_sink_up"),

@@ -56,6 +56,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod progress;
 pub mod secret;
+pub mod status;
 pub mod tls;
 pub mod verify;
 

@@ -156,11 +156,11 @@ async fn markers_with(connections: usize) {
     // The progress figures: the final log line and the estimate from reltuples.
     let log = strip_ansi(&std::fs::read_to_string(c.dir.join("connector.log")).unwrap());
     assert!(
-        log.contains("snapshot started") && log.contains("estimated_rows=8501"),
+        log.contains("snapshot started") && log.contains("\"estimated_rows\":8501"),
         "{log}"
     );
     assert!(log.contains("snapshot read every table"), "{log}");
-    assert!(log.contains("rows=8501"), "{log}");
+    assert!(log.contains("\"rows\":8501"), "{log}");
     // initial_only leaves no slot behind: nobody would read it, and it would retain WAL.
     let slots = slot_count(pg, &db).await;
     assert_eq!(slots, 0, "initial_only left its slot behind\n{log}");

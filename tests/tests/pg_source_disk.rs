@@ -443,8 +443,8 @@ async fn enospc_scenario(partitions: u32, rows: i64, write: impl AsyncFnOnce(&Pg
     let out = c.output();
     assert!(out.contains("disk full"), "the wait names the cause\n{out}");
     assert!(
-        // Plain text, no terminal colours: stderr is not a terminal.
-        out.contains("mid_transaction=false"),
+        // JSON lines (stderr is not a terminal), so no terminal colours either.
+        out.contains("\"mid_transaction\":false"),
         "the wait comes at a transaction's end (a flush) or before the next one\n{out}"
     );
     // Still waiting a little later: no restart, no exit.

@@ -234,9 +234,7 @@ async fn hidden_values_travel_in_headers(format: &str) {
         .collect();
     let on_n: Vec<&&str> = warnings
         .iter()
-        .filter(|l| {
-            l.contains("public.special") && (l.contains("column=\"n\"") || l.contains("column=n "))
-        })
+        .filter(|l| l.contains("public.special") && l.contains("\"column\":\"n\""))
         .collect();
     assert_eq!(
         on_n.len(),

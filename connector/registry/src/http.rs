@@ -59,6 +59,12 @@ pub fn router(registry: EmbeddedRegistry) -> Router {
 pub fn routes(registry: EmbeddedRegistry) -> Router {
     Router::new()
         .route("/", get(root))
+        .merge(api_routes(registry))
+}
+
+/// [`routes`] without `GET /` (`{}`), for a server that answers its root itself.
+pub fn api_routes(registry: EmbeddedRegistry) -> Router {
+    Router::new()
         .route("/subjects", get(list_subjects))
         .route("/subjects/{subject}", post(lookup).delete(delete_subject))
         .route(

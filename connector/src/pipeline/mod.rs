@@ -99,6 +99,7 @@ mod reconcile;
 pub mod registry;
 pub mod run;
 mod schemas;
+pub mod telemetry;
 pub mod txmeta;
 
 pub use diskwait::DiskWait;
@@ -270,6 +271,8 @@ pub struct Pipeline {
     disk: DiskWait,
     /// `format.provide_transaction_metadata`; `None` when off (nothing done per event).
     txmeta: Option<txmeta::TxMeta>,
+    /// Figures for `/metrics` and `/status`.
+    telemetry: telemetry::Recorder,
 }
 
 impl InFlight {
@@ -313,7 +316,18 @@ impl Pipeline {
             reconcile_keys_per_pass: reconcile::KEYS_PER_PASS,
             disk: DiskWait::default(),
             txmeta,
+            telemetry: telemetry::Telemetry::new(
+                &cdc_schemas::metrics::Metrics::default(),
+                &crate::admin::Status::default(),
+            )
+            .recorder(),
         }
+    }
+
+    /// Reports to `t` (the process's `/metrics` and `/status`) instead of private figures.
+    pub fn with_telemetry(mut self, t: &telemetry::Telemetry) -> Self {
+        self.telemetry = t.recorder();
+        self
     }
 
     /// Waits for disk with `disk` (its shutdown signal and the figures it registered)
@@ -437,6 +451,7 @@ impl Pipeline {
         self.disk.resumed();
         self.bytes_since_flush = 0;
         self.stats.flushes += 1;
+        self.telemetry.durable(&pos);
         self.stats.last_durable = Some(pos.clone());
         tracing::debug!(position = %pos, "durable");
         self.durable.publish(pos);
@@ -453,6 +468,9 @@ impl Pipeline {
         }
         let n = queued.batch.events.len();
         let now_ns = now_ns();
+        self.telemetry.count_changes(&queued.batch.events);
+        self.telemetry
+            .received(&queued.batch.events, &commit, now_ns);
         let (tx_begin, tx_end) = match self.txmeta.as_mut() {
             Some(t) => {
                 let marks = t.scan(&queued.batch.events, commit.is_some());
@@ -597,6 +615,7 @@ impl Pipeline {
                     Ok(()) => {
                         self.stats.records += p.records;
                         self.bytes_since_flush += p.bytes;
+                        self.telemetry.appended(p.topic.name(), p.records, p.bytes);
                     }
                     Err(e) => result = Err(e),
                 }
@@ -626,6 +645,7 @@ impl Pipeline {
             self.flush_pending().await?;
             if let Some(pos) = end.commit.clone() {
                 self.stats.transactions += 1;
+                self.telemetry.committed();
                 self.pending = Some((pos, Instant::now()));
                 self.flush_pending().await?;
             }
@@ -652,6 +672,7 @@ impl Pipeline {
         }
         if let Some(pos) = end.commit {
             self.stats.transactions += 1;
+            self.telemetry.committed();
             let since = self
                 .pending
                 .as_ref()

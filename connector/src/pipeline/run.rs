@@ -186,7 +186,8 @@ pub async fn run(config: Config) -> ExitCode {
     let log_metrics = Arc::new(cdc_log::Metrics::default());
     let admin_opts = opened
         .admin_options(config.admin.listen)
-        .log_metrics(log_metrics.clone());
+        .log_metrics(log_metrics.clone())
+        .token(config.admin.token());
     let metrics = admin_opts.metrics.clone();
     let status = admin_opts.status.clone();
     // The admin server stops on shutdown, or when the connector is done by itself
@@ -228,6 +229,32 @@ pub async fn run(config: Config) -> ExitCode {
     };
     // Snapshot progress: bar on a terminal, log lines otherwise, gauges on /metrics.
     let snapshot_progress = SnapshotProgress::new();
+    status.set_snapshot(snapshot_progress.clone());
+    status.set_config(config.clone());
+    let telemetry = super::telemetry::Telemetry::new(&metrics, &status);
+    let restarts = metrics.counter(
+        "cdc_restarts_total",
+        "Times the supervisor restarted the source and pipeline after a transient error",
+    );
+    let failed = |component: &str, definite: bool, message: &str| {
+        let kind = if definite { "definite" } else { "transient" };
+        metrics
+            .counter(
+                &format!("cdc_errors_total{{component=\"{component}\",kind=\"{kind}\"}}"),
+                "Errors by component (source, pipeline, log) and kind (transient: retried; definite: the connector stops)",
+            )
+            .inc();
+        status.record_error(&format!("{component}.{kind}"), message);
+    };
+    // At 0 from the start, so that rate() and alerts see every series.
+    for component in ["source", "pipeline", "log"] {
+        for kind in ["transient", "definite"] {
+            metrics.counter(
+                &format!("cdc_errors_total{{component=\"{component}\",kind=\"{kind}\"}}"),
+                "Errors by component (source, pipeline, log) and kind (transient: retried; definite: the connector stops)",
+            );
+        }
+    }
     let progress_reporter = super::progress::spawn(snapshot_progress.clone(), &metrics);
 
     let topic_config = match config.log.topic_config() {
@@ -268,6 +295,7 @@ pub async fn run(config: Config) -> ExitCode {
 
     let hidden = super::hidden::HiddenValues::new(&metrics);
     let mut backoff = Duration::from_millis(500);
+    let mut said_waiting = false;
     let code = loop {
         let started = Instant::now();
         // The source's spill files, counted against the log's disk budget.
@@ -277,10 +305,12 @@ pub async fn run(config: Config) -> ExitCode {
         let (out, stored) = match open_out(&config, attempt_options).await {
             Ok(o) => o,
             Err(OpenError::Definite(m)) => {
+                failed("log", true, &m);
                 eprintln!("error: {m}");
                 break ExitCode::from(1);
             }
             Err(OpenError::Transient(m)) => {
+                failed("log", false, &m);
                 tracing::warn!(error = %m, backoff_ms = backoff.as_millis() as u64, "the log is not reachable; retrying (the source is not read meanwhile, and the database keeps its log for us)");
                 let mut s = shutdown.clone();
                 tokio::select! {
@@ -335,7 +365,8 @@ pub async fn run(config: Config) -> ExitCode {
             vec![shutdown.clone(), source_ended_rx],
             &metrics,
             status.clone(),
-        ));
+        ))
+        .with_telemetry(&telemetry);
         let pipe = tokio::spawn(pipeline.run(brx));
         let source = match cdc_sources::build(&spec) {
             Ok(s) => s,
@@ -395,20 +426,30 @@ pub async fn run(config: Config) -> ExitCode {
         // The pipeline's error explains a source that stopped because the pipeline did.
         let transient = match (&pipe_result, &src_result) {
             (Err(e), _) if !e.is_transient() => {
+                failed("pipeline", true, &e.to_string());
                 tracing::error!(error = %e, "the pipeline stopped on a definite error");
                 eprintln!("error: {e}");
                 break ExitCode::from(1);
             }
             (Err(e), _) => {
+                failed("pipeline", false, &e.to_string());
                 tracing::warn!(error = %e, "the pipeline failed; will retry");
                 true
             }
             (Ok(()), Err(e)) if !e.is_transient() => {
+                failed("source", true, &e.to_string());
                 tracing::error!(error = %e, "the source stopped on a definite error");
                 eprintln!("error: {e}");
                 break ExitCode::from(1);
             }
             (Ok(()), Err(e)) => {
+                failed("source", false, &e.to_string());
+                if stats.events == 0 && !said_waiting {
+                    // A sidecar may start before its database: keep trying, but say
+                    // plainly what the repeated warnings mean.
+                    said_waiting = true;
+                    eprintln!("cdc: waiting for the source database ({e}); retrying with backoff until it answers. Stop with Ctrl-C (or SIGTERM).");
+                }
                 tracing::warn!(error = %e, "the source failed; will retry");
                 true
             }
@@ -431,6 +472,8 @@ pub async fn run(config: Config) -> ExitCode {
             _ = s.wait_for(|v| *v) => { break ExitCode::SUCCESS; }
         }
         backoff = (backoff * 2).min(Duration::from_secs(30));
+        restarts.inc();
+        status.restarted();
     };
     drop(history);
     if let Some(log) = history_log {

@@ -25,6 +25,8 @@ pub struct SlotStatus {
     pub retained_wal_bytes: Option<u64>,
     pub wal_status: Option<String>,
     pub confirmed_flush_lsn: Option<Lsn>,
+    /// The slot exists and a walsender holds it.
+    pub active: bool,
     /// Above `source.max_retained_wal` at the last poll (the alarm fires once per crossing).
     pub over_limit: bool,
 }
@@ -37,6 +39,8 @@ pub struct PgMetrics {
     pub durable_lsn: Gauge,
     /// 1 while the retained WAL is above `source.max_retained_wal` (the alarm).
     pub retained_wal_alarm: Gauge,
+    /// 1 while the slot exists and a walsender holds it.
+    pub active: Gauge,
 }
 
 impl PgMetrics {
@@ -58,6 +62,10 @@ impl PgMetrics {
                 "cdc_pg_slot_retained_wal_alarm",
                 "1 while the slot retains more WAL than source.max_retained_wal",
             ),
+            active: m.gauge(
+                "cdc_pg_slot_active",
+                "1 while the replication slot exists and a walsender streams from it",
+            ),
         }
     }
 
@@ -68,6 +76,7 @@ impl PgMetrics {
         self.wal_status_lost
             .set((s.wal_status.as_deref() == Some("lost")) as u64);
         self.retained_wal_alarm.set(s.over_limit as u64);
+        self.active.set(s.active as u64);
     }
 }
 
@@ -120,14 +129,18 @@ pub(super) async fn monitor(
         }
         let row = c
             .query_opt(
-                "SELECT (pg_current_wal_lsn() - restart_lsn)::int8, to_jsonb(s)->>'wal_status', confirmed_flush_lsn::text
+                "SELECT (pg_current_wal_lsn() - restart_lsn)::int8, to_jsonb(s)->>'wal_status', confirmed_flush_lsn::text, active
                  FROM pg_replication_slots s WHERE slot_name = $1",
                 &[&cfg.slot],
             )
             .await;
         let row = match row {
             Ok(Some(r)) => r,
-            Ok(None) => continue,
+            Ok(None) => {
+                s.active = false;
+                metrics.observe(&s);
+                continue;
+            }
             Err(e) => {
                 tracing::debug!(error = %e, "slot monitor query failed");
                 if e.is_closed() {
@@ -139,6 +152,7 @@ pub(super) async fn monitor(
         let retained: Option<i64> = row.get(0);
         let wal_status: Option<String> = row.get(1);
         let confirmed: Option<String> = row.get(2);
+        s.active = row.get(3);
         let retained = retained.map(|r| r.max(0) as u64);
         {
             s.retained_wal_bytes = retained;
