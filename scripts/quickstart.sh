@@ -5,4 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo run -q -p cdc-harness --bin cdc-sandbox -- "$@"
+# The first build compiles the whole workspace (a few minutes on 2 cores): show it.
+echo "building the connector and the sandbox (cargo build; the first time takes a few minutes)..." >&2
+cargo build -p cdc-harness --bin cdc-sandbox
+exec "${CARGO_TARGET_DIR:-target}/debug/cdc-sandbox" "$@"

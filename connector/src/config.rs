@@ -49,6 +49,14 @@ pub struct Config {
     /// `[[sink]]`: sinks run inside `cdc run` (or alone, `cdc sink --sink NAME`); each
     /// section's keys belong to the sinks crate (common ones and the target's own).
     pub sinks: Vec<cdc_sinks::SinkSpec>,
+    /// `shutdown_timeout_ms`: after SIGTERM / Ctrl-C, how long the connector may take to
+    /// flush and store its final position before it exits anyway (nothing unacknowledged
+    /// is lost: the next start reads it again). A second signal exits at once.
+    pub shutdown_timeout: std::time::Duration,
+}
+
+fn default_shutdown_timeout_ms() -> u64 {
+    30_000
 }
 
 /// The file as serde reads it: `[source]` stays a table for [`SourceConfig::from_table`].
@@ -56,6 +64,8 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     name: String,
+    #[serde(default = "default_shutdown_timeout_ms")]
+    shutdown_timeout_ms: u64,
     source: toml::Table,
     #[serde(default)]
     log: LogConfig,
@@ -516,6 +526,7 @@ fn deserialize(table: toml::Table) -> Result<Config, (String, String)> {
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Config {
         sinks,
+        shutdown_timeout: std::time::Duration::from_millis(raw.shutdown_timeout_ms.max(1)),
         name: raw.name,
         source,
         log: raw.log,
@@ -670,6 +681,29 @@ listen = "127.0.0.1:8083"
             .unwrap_err()
             .to_string();
         assert!(e.contains("registry.url"), "{e}");
+    }
+
+    #[test]
+    fn admin_token_from_env_or_file_never_printed() {
+        let c = load(GOOD, &[("CDC_ADMIN__TOKEN", "tok-env")]).unwrap();
+        assert_eq!(c.admin.token().unwrap().expose(), "tok-env");
+        assert!(!format!("{:?}", c.admin).contains("tok-env"));
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("t");
+        std::fs::write(&f, "tok-file\n").unwrap();
+        let text = format!("{GOOD}token_file = {:?}\n", f.display().to_string());
+        let c = load(&text, &[]).unwrap();
+        assert_eq!(c.admin.token().unwrap().expose(), "tok-file");
+        std::fs::write(&f, "").unwrap();
+        let e = load(&text, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("admin.token_file") && e.contains("is empty"),
+            "{e}"
+        );
+        let e = load(&format!("{GOOD}token_file = \"/nonexistent/t\"\n"), &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("admin.token_file"), "{e}");
     }
 
     #[test]

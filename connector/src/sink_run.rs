@@ -329,11 +329,11 @@ pub async fn standalone(
         .and_then(|o| cdc_registry::remote::RemoteRegistry::new(o).ok())
         .map(|r| Arc::new(r) as Arc<dyn SchemaRegistry>);
     let metrics = Metrics::default();
-    let shutdown = crate::pipeline::run::shutdown_signal();
+    let shutdown = crate::pipeline::run::shutdown_signal(config.shutdown_timeout);
     let (admin_stop, admin_stop_rx) = watch::channel(false);
     let admin = match listen {
         Some(addr) => {
-            let mut o = crate::admin::AdminOptions::new(addr);
+            let mut o = crate::admin::AdminOptions::new(addr).token(config.admin.token());
             o.metrics = metrics.clone();
             let mut done = admin_stop_rx;
             match crate::admin::serve(o, async move {

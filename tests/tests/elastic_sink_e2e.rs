@@ -238,6 +238,9 @@ async fn a_wrong_password_stops_the_sink_and_acknowledges_nothing_past_it() {
         .lines()
         .find(|l| l.contains("sink stopped on a definite error"))
         .unwrap();
+    // A JSON line (the log file is not a terminal): the error is its `error` field.
+    let error: serde_json::Value = serde_json::from_str(error).unwrap();
+    let error = error["error"].as_str().unwrap();
     assert_mentions(
         error,
         &[

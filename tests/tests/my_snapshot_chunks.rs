@@ -20,18 +20,11 @@ const T: Duration = Duration::from_secs(120);
 
 /// The `key=value` field of the connector's "snapshot started" lines, one per snapshot.
 fn started_field(c: &Connector, key: &str) -> Vec<u64> {
-    // Plain text: the log file gets no terminal colours.
+    // JSON lines: the log file is not a terminal.
     let log = std::fs::read_to_string(c.dir.join("connector.log")).unwrap_or_default();
     log.lines()
         .filter(|l| l.contains("snapshot started"))
-        .filter_map(|l| {
-            let at = l.find(&format!(" {key}="))? + key.len() + 2;
-            l[at..]
-                .split(|ch: char| !ch.is_ascii_digit())
-                .next()?
-                .parse()
-                .ok()
-        })
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?[key].as_u64())
         .collect()
 }
 

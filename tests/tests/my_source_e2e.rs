@@ -198,7 +198,10 @@ async fn several_gtid_domains_resume_each_domain() {
         .lines()
         .rfind(|l| l.contains("durable position"))
         .unwrap_or_default();
-    let set = last.split("gtid_set ").nth(1).unwrap_or_default();
+    // A JSON line (the log file is not a terminal): `position` is `file:pos gtid_set S`.
+    let line: serde_json::Value = serde_json::from_str(last).unwrap_or_default();
+    let position = line["position"].as_str().unwrap_or_default();
+    let set = position.split("gtid_set ").nth(1).unwrap_or_default();
     let set = set.split_whitespace().next().unwrap_or_default();
     let domains: Vec<&str> = set
         .split(',')

@@ -410,3 +410,54 @@ async fn a_connector_before_its_database_says_it_is_waiting_and_stops_on_sigterm
     );
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
+
+/// A connector stuck connecting (a listener that accepts and never answers, a long
+/// connect timeout): SIGTERM cannot complete, so `shutdown_timeout_ms` ends the process
+/// (exit 1); a second signal ends it at once (exit 130).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_shutdown_deadline_and_a_second_signal_end_a_stuck_stop() {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hole.local_addr().unwrap().port();
+    // Accepted connections are kept open and never answered.
+    let _keep = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in hole.incoming() {
+            held.push(s);
+        }
+    });
+    for (timeout_ms, second, want) in [(1500u64, false, 1), (60_000, true, 130)] {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "name = \"t\"\nshutdown_timeout_ms = {timeout_ms}\n[source]\ntype = \"postgres\"\nurl = \"postgres://cdc:pw@127.0.0.1:{port}/app?sslmode=disable&connect_timeout=120\"\ntables = [\"public.acct\"]\n[log]\ndir = \"{}\"\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+            dir.path().join("log").display()
+        );
+        let mut c = Connector::with_config(dir.path(), &text);
+        c.start();
+        until("the admin server", Duration::from_secs(30), || {
+            c.output().contains("admin server listening").then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let pid = c.child.as_ref().unwrap().id() as i32;
+        let started = Instant::now();
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        if second {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let code = c
+            .wait_exit(Duration::from_secs(30), "the stuck stop ends")
+            .await;
+        let out = c.output();
+        assert_eq!(code, Some(want), "{out}");
+        if second {
+            assert!(out.contains("second signal"), "{out}");
+            assert!(started.elapsed() < Duration::from_secs(10), "at once");
+        } else {
+            assert!(
+                out.contains("did not stop within shutdown_timeout_ms"),
+                "{out}"
+            );
+        }
+    }
+}

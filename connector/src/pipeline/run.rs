@@ -137,26 +137,44 @@ async fn open_out(
     }
 }
 
-pub(crate) fn shutdown_signal() -> watch::Receiver<bool> {
+/// Completes on SIGTERM or Ctrl-C (SIGINT).
+async fn stop_signal() {
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// Turns true on the first SIGTERM / Ctrl-C. After it, a second signal, or `deadline`
+/// passing, exits the process at once: safe, because nothing is acknowledged to the
+/// database before it is durable (the next start reads the rest again).
+pub(crate) fn shutdown_signal(deadline: Duration) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
-        #[cfg(unix)]
-        let term = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut s) => {
-                    s.recv().await;
-                }
-                Err(_) => std::future::pending::<()>().await,
-            }
-        };
-        #[cfg(not(unix))]
-        let term = std::future::pending::<()>();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term => {}
-        }
-        tracing::info!("shutdown requested: stopping the source, flushing the pipeline");
+        stop_signal().await;
+        tracing::info!(deadline_ms = deadline.as_millis() as u64, "shutdown requested: stopping the source, flushing the pipeline (a second signal exits at once)");
         let _ = tx.send(true);
+        tokio::select! {
+            _ = stop_signal() => {
+                eprintln!("cdc: second signal: exiting now; what was not durable is read again on the next start");
+                std::process::exit(130);
+            }
+            _ = tokio::time::sleep(deadline) => {
+                eprintln!("cdc: did not stop within shutdown_timeout_ms ({} ms): exiting now; what was not durable is read again on the next start", deadline.as_millis());
+                std::process::exit(1);
+            }
+        }
     });
     rx
 }
@@ -180,7 +198,7 @@ pub async fn run(config: Config) -> ExitCode {
             return ExitCode::from(e.exit_code());
         }
     };
-    let shutdown = shutdown_signal();
+    let shutdown = shutdown_signal(config.shutdown_timeout);
     // One set of log counters for every open of the log in this process: what an open
     // reported (a recovery cut, a ledger slot fallback) stays on /metrics after a reopen.
     let log_metrics = Arc::new(cdc_log::Metrics::default());
