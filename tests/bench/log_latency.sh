@@ -85,16 +85,19 @@ done
 } >"$work/update.sql"
 
 # The tailing reader, from the start of the topic; only records after the warm-up count.
-( CDC_LOG_LEVEL=warn "$bin" log --data-dir "$work/log" tail lat.public.lat --follow \
-  | python3 "$repo/tests/bench/log_latency.py" "$((seconds + 5))" "$warmup" "$work/latencies_us.txt" \
-  >"$work/latency.txt" ) &
+mkfifo "$work/records"
+CDC_LOG_LEVEL=warn "$bin" log --data-dir "$work/log" tail lat.public.lat --follow >"$work/records" &
 tail_pid=$!
+python3 "$repo/tests/bench/log_latency.py" "$((seconds + 5))" "$warmup" "$work/latencies_us.txt" \
+  <"$work/records" >"$work/latency.txt" &
+reader_pid=$!
 sleep 0.5
 cpu0=$(awk '{print $14 + $15}' "/proc/$cdc_pid/stat")
 "$pgbin/pgbench" -n -c "$clients" -j 2 -R $((rate / rows)) -T "$seconds" -f "$work/update.sql" \
   "$PGDATABASE" >"$work/pgbench.txt" 2>&1
 cpu1=$(awk '{print $14 + $15}' "/proc/$cdc_pid/stat")
-wait "$tail_pid" || true
+wait "$reader_pid" || true
+kill "$tail_pid" 2>/dev/null || true
 rss=$(awk '/VmHWM/ {print int($2 / 1024)}' "/proc/$cdc_pid/status")
 tps=$(awk '/^tps/ {print $3; exit}' "$work/pgbench.txt")
 lag=$(awk '/schedule lag/ {print}' "$work/pgbench.txt")

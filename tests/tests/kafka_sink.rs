@@ -367,6 +367,28 @@ async fn a_sink_group_reading_kafka_keeps_redis_equal_to_the_table_across_kills(
             .collect()
     };
     assert_eq!(lags(), vec![0, 0, 0], "caught up before the reset");
+    // `cdc status` on the Kafka configuration, nothing running: the position from
+    // `<name>.offsets`, the topics' offsets and the sink group's lag from the cluster.
+    let st: Json = serde_json::from_str(&cdc(&["status", "--json", "--config", &cfg])).unwrap();
+    assert_eq!(st["running"], false, "{st}");
+    assert_eq!(st["log"]["type"], "kafka", "{st}");
+    assert!(st["source"]["position"]["lsn"].is_string(), "{st}");
+    let items = st["log"]["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "t.public.items")
+        .unwrap_or_else(|| panic!("{st}"));
+    assert_eq!(items["partitions"].as_array().unwrap().len(), 3, "{st}");
+    assert_eq!(st["sinks"]["cache"]["group_lag_records"], 0, "{st}");
+    assert!(
+        st["log"]["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["name"] != "t.offsets"),
+        "the offsets topic is not a change topic: {st}"
+    );
     let reset = cdc(&[
         "log",
         "--config",

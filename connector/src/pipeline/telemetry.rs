@@ -15,7 +15,10 @@
 //!   received and not yet durable; with none waiting, the commit-to-durable time of the
 //!   newest durable one (so a connector catching up shows how far behind it reads, and an
 //!   idle one shows its last latency, not the time since the last write).
-//! - `cdc_last_durable_timestamp_seconds`: when the last flush happened (Unix time).
+//! - `cdc_last_durable_timestamp_seconds`: when the last flush happened (Unix time);
+//!   `cdc_last_durable_commit_timestamp_seconds`: the database commit time of the newest
+//!   durable streamed transaction (`time() -` it is "seconds behind source" as Debezium
+//!   reports it, which also grows while the database is idle).
 //!
 //! Invariants: counters are looked up once per run of events of one table and once per
 //! appended piece, never per record; the commit times waiting for a flush are a queue in
@@ -179,6 +182,10 @@ impl Recorder {
             let us = (now - at).max(0);
             self.t.latency.observe_micros(us as u64);
             self.t.lag().last_latency_us.store(us, Ordering::Relaxed);
+            self.t
+                .lag()
+                .last_durable_commit_us
+                .fetch_max(at, Ordering::Relaxed);
         }
         self.appended = 0;
         let oldest = self.waiting.front().copied().flatten().unwrap_or(0);
@@ -196,6 +203,14 @@ fn render(s: &PipelineLag, out: &mut String) {
         "# HELP cdc_replication_lag_seconds Now minus the commit time of the oldest transaction received and not yet durable; with none waiting, the commit-to-durable time of the newest durable one\n# TYPE cdc_replication_lag_seconds gauge\ncdc_replication_lag_seconds {}",
         s.lag_us(now) as f64 / 1e6
     );
+    let commit = s.last_durable_commit_us.load(Ordering::Relaxed);
+    if commit > 0 {
+        let _ = writeln!(
+            out,
+            "# HELP cdc_last_durable_commit_timestamp_seconds Commit time (in the database) of the newest streamed transaction durable in the log (Unix time); time() minus it is the lag Debezium calls MilliSecondsBehindSource\n# TYPE cdc_last_durable_commit_timestamp_seconds gauge\ncdc_last_durable_commit_timestamp_seconds {}",
+            commit as f64 / 1e6
+        );
+    }
     let at = s.last_durable_at_us.load(Ordering::Relaxed);
     if at > 0 {
         let _ = writeln!(

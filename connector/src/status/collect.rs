@@ -31,6 +31,49 @@ pub async fn document(config: &Arc<Config>, live: Option<&Status>) -> Value {
         None => json!({ "running": false, "state": "not running" }),
     };
     doc["name"] = json!(config.name);
+    let parts = match live.and_then(Status::cached_parts) {
+        Some(p) => p,
+        None => {
+            let p = read_parts(config, live).await;
+            if let Some(s) = live {
+                s.cache_parts(&p);
+            }
+            p
+        }
+    };
+    let Parts { log, db } = parts;
+    let position = live
+        .and_then(Status::durable)
+        .or_else(|| log.checkpoint.clone());
+    let spec = config.source_spec();
+    let kind = match spec.source.db {
+        cdc_sources::config::DbSettings::Postgres(_) => "postgres",
+        cdc_sources::config::DbSettings::Mysql(_) => "mysql",
+    };
+    let mut source = json!({ "type": kind });
+    match &position {
+        Some(cp) => {
+            source["position"] = position_json(cp);
+            source["position_text"] = json!(cp.to_string());
+        }
+        None => source["position"] = Value::Null,
+    }
+    if let Value::Object(m) = db {
+        for (k, v) in m {
+            source[k] = v;
+        }
+    }
+    finish(config, live, doc, source, log)
+}
+
+/// What the database and the log say (the slow parts of the document).
+#[derive(Clone)]
+pub struct Parts {
+    log: LogView,
+    db: Value,
+}
+
+async fn read_parts(config: &Arc<Config>, live: Option<&Status>) -> Parts {
     let log_part = {
         let config = config.clone();
         tokio::time::timeout(
@@ -51,32 +94,24 @@ pub async fn document(config: &Arc<Config>, live: Option<&Status>) -> Value {
     let position = live
         .and_then(Status::durable)
         .or_else(|| log.checkpoint.clone());
-    let spec = config.source_spec();
-    let kind = match spec.source.db {
-        cdc_sources::config::DbSettings::Postgres(_) => "postgres",
-        cdc_sources::config::DbSettings::Mysql(_) => "mysql",
-    };
-    let mut source = json!({ "type": kind });
-    match &position {
-        Some(cp) => {
-            source["position"] = position_json(cp);
-            source["position_text"] = json!(cp.to_string());
-        }
-        None => source["position"] = Value::Null,
-    }
     let at = match &position {
         Some(Checkpoint::At(p)) => Some(p),
         _ => None,
     };
-    let db = cdc_sources::status::database_view(&spec, at).await;
-    if let Value::Object(m) = db {
-        for (k, v) in m {
-            source[k] = v;
-        }
-    }
+    let db = cdc_sources::status::database_view(&config.source_spec(), at).await;
+    Parts { log, db }
+}
+
+fn finish(
+    config: &Config,
+    live: Option<&Status>,
+    mut doc: Value,
+    mut source: Value,
+    log: LogView,
+) -> Value {
     if let Some(s) = live {
         if let Some(p) = doc.get("pipeline").cloned() {
-            for k in ["durable_at", "lag_seconds"] {
+            for k in ["durable_at", "lag_seconds", "last_durable_commit_at"] {
                 if let Some(v) = p.get(k) {
                     source[k] = v.clone();
                 }
@@ -118,6 +153,7 @@ pub async fn document(config: &Arc<Config>, live: Option<&Status>) -> Value {
     doc
 }
 
+#[derive(Clone)]
 struct LogView {
     json: Value,
     checkpoint: Option<Checkpoint>,

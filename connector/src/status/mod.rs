@@ -54,7 +54,14 @@ struct Inner {
     config: OnceLock<Arc<Config>>,
     snapshot: OnceLock<Arc<SnapshotProgress>>,
     lag: PipelineLag,
+    /// The parts [`collect`] read from the database and the log, and when: reused for
+    /// [`PARTS_TTL`], so that pages and scrapers polling `/status` cost the database at
+    /// most one short connection per interval.
+    parts: Mutex<Option<(Instant, collect::Parts)>>,
 }
+
+/// How long the database's and the log's answers are reused by `/status`.
+pub const PARTS_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A sink's figures and, once it stopped on a definite error, that error.
 type SinkEntry = (SinkMetrics, Option<String>);
@@ -74,6 +81,8 @@ pub struct PipelineLag {
     pub last_latency_us: AtomicI64,
     /// When the last flush made a position durable (µs since the epoch); 0: never.
     pub last_durable_at_us: AtomicI64,
+    /// The commit time of the newest durable streamed transaction (µs); 0: none yet.
+    pub last_durable_commit_us: AtomicI64,
 }
 
 impl PipelineLag {
@@ -100,6 +109,7 @@ impl Default for Status {
                 restarts: AtomicU64::new(0),
                 config: OnceLock::new(),
                 snapshot: OnceLock::new(),
+                parts: Mutex::new(None),
                 lag: PipelineLag::default(),
             }),
         }
@@ -147,6 +157,18 @@ impl Status {
             "rows_per_second": v.rows_per_sec().round(),
             "eta_seconds": v.eta().map(|d| d.as_secs()),
         }))
+    }
+
+    /// The parts read at most [`PARTS_TTL`] ago, if any.
+    pub fn cached_parts(&self) -> Option<collect::Parts> {
+        let g = lock(&self.inner.parts);
+        g.as_ref()
+            .filter(|(at, _)| at.elapsed() < PARTS_TTL)
+            .map(|(_, p)| p.clone())
+    }
+
+    pub fn cache_parts(&self, p: &collect::Parts) {
+        *lock(&self.inner.parts) = Some((Instant::now(), p.clone()));
     }
 
     /// The pipeline's lag cells (written by its telemetry).
@@ -274,6 +296,14 @@ impl Status {
         }
         let lag_us = self.inner.lag.lag_us(now_ms() * 1000);
         pipeline["lag_seconds"] = json!(lag_us as f64 / 1e6);
+        let commit_us = self
+            .inner
+            .lag
+            .last_durable_commit_us
+            .load(Ordering::Relaxed);
+        if commit_us > 0 {
+            pipeline["last_durable_commit_at"] = json!(rfc3339(commit_us / 1000));
+        }
         doc["pipeline"] = pipeline;
         doc
     }

@@ -93,6 +93,9 @@ pub fn render(doc: &Value) -> String {
     if let Some(at) = src.get("durable_at") {
         let _ = writeln!(out, "  durable at    {}", s(at));
     }
+    if let Some(at) = src.get("last_durable_commit_at") {
+        let _ = writeln!(out, "  last commit   {} (committed in the database)", s(at));
+    }
     if let Some(l) = src.get("lag_seconds").and_then(Value::as_f64) {
         let _ = writeln!(out, "  lag           {l:.3} s");
     }
