@@ -10,8 +10,10 @@
 //! | `GET /metrics` | Prometheus text format 0.0.4: the log's counters, the registry's sizes, and whatever the pipeline registers in [`Metrics`] |
 //! | `/…` and `/registry/…` | the Confluent Schema Registry API (`cdc_registry::http`), when an embedded registry is served; with a remote one, 404 naming it |
 //!
-//! Optional HTTP basic auth ([`AdminOptions::basic_auth`]) guards the registry API (not the
-//! probes or metrics, which orchestrators call without credentials).
+//! Optional HTTP basic auth ([`AdminOptions::basic_auth`], `cdc registry serve`) guards the
+//! registry API. The optional bearer token ([`AdminOptions::token`], `[admin] token`)
+//! guards everything but the probes, which orchestrators call without credentials, and the
+//! page's HTML, which holds no data and asks for the token.
 //!
 //! The pipeline: `let admin = admin::serve(AdminOptions::new(listen).registry(r).log(log),
 //! shutdown).await?;` then `admin.readiness.set_ready(true)` when streaming, and
