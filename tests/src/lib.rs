@@ -19,6 +19,7 @@
 
 #[cfg(feature = "e2e")]
 mod auth_proxy;
+pub mod faults;
 #[cfg(feature = "e2e")]
 pub mod golden;
 #[cfg(feature = "e2e")]

@@ -8,7 +8,7 @@ mod my_source_util;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cdc_harness::{MariaDbOptions, MariaDbServer, RedisServer};
 use my_source_util::*;
@@ -250,8 +250,10 @@ async fn mariadb_restarted_mid_stream() {
     let (_dir, mut c) = temp_connector(my, &db, "");
     c.start();
     c.converge(my, &db, T).await;
+    let mut restarted = Instant::now();
     with_workload(my, &db, &[0], async {
         tokio::time::sleep(Duration::from_millis(500)).await;
+        restarted = Instant::now();
         tokio::task::spawn_blocking(|| my.restart().unwrap())
             .await
             .unwrap();
@@ -259,7 +261,23 @@ async fn mariadb_restarted_mid_stream() {
     })
     .await;
     c.converge(my, &db, Duration::from_secs(120)).await;
-    check_histories(&c.records()).unwrap();
+    let recovered = restarted.elapsed();
+    let recs = c.records();
+    check_histories(&recs).unwrap();
+    let t = cdc_harness::faults::Tally::of(recs.iter().filter_map(|r| {
+        let (k, v) = (r.key.as_ref()?, r.value.as_ref()?);
+        Some((k.to_string(), v["op"].as_str()?, v["after"]["v"].as_i64()))
+    }));
+    cdc_harness::faults::report(serde_json::json!({
+        "scenario": "MariaDB: server restarted mid-stream",
+        "faults": 1,
+        "changes": t.changes,
+        "lost": t.lost,
+        "duplicated": t.duplicated,
+        "reordered": t.reordered,
+        "recovery_seconds": recovered.as_secs_f64(),
+    }));
+    assert!(t.is_clean(), "{t:?}");
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
 

@@ -193,18 +193,22 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         done.clone(),
     ));
     let mut rng = Rng(12345);
+    let mut max_retained = 0i64;
     for _ in 0..kills {
         c.start();
         let ms = 200 + rng.next() % 1300;
         tokio::time::sleep(Duration::from_millis(ms)).await;
         c.assert_running();
         c.kill();
+        max_retained = max_retained.max(retained_wal(pg, &db).await.unwrap_or(0));
     }
     stop.store(true, Ordering::Relaxed);
     w.await.unwrap();
+    let recovering = std::time::Instant::now();
     c.start();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
         .await;
+    let recovered = recovering.elapsed();
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
     let n = check_histories(&recs).unwrap_or_else(|e| {
@@ -213,6 +217,19 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
             c.dir.display()
         )
     });
+    let t = tally(&recs);
+    cdc_harness::faults::report(serde_json::json!({
+        "scenario": "Postgres: SIGKILL of cdc run at random moments, restarted",
+        "faults": kills,
+        "transactions": done.load(Ordering::Relaxed),
+        "changes": t.changes,
+        "lost": t.lost,
+        "duplicated": t.duplicated,
+        "reordered": t.reordered,
+        "max_retained_wal_bytes": max_retained,
+        "recovery_seconds": recovered.as_secs_f64(),
+    }));
+    assert!(t.is_clean(), "{t:?}");
     drop_slot(pg, &db).await;
     dir.disable_cleanup(false);
     eprintln!(

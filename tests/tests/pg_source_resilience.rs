@@ -14,6 +14,13 @@ use pg_source_util::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn postgres_restart_mid_stream_loses_nothing() {
+    // Fast shutdown, then immediate (crash recovery), each mid-stream.
+    for immediate in [false, true] {
+        restart_mid_stream(immediate).await;
+    }
+}
+
+async fn restart_mid_stream(immediate: bool) {
     let pg: &'static PgServer = Box::leak(Box::new(PgServer::start(PgOptions::default()).unwrap()));
     let (db, _dir, mut c) = running_acct(pg, 100, &["public.acct"]).await;
     let writer = {
@@ -31,7 +38,8 @@ async fn postgres_restart_mid_stream_loses_nothing() {
         })
     };
     tokio::time::sleep(Duration::from_secs(2)).await;
-    tokio::task::spawn_blocking(move || pg.restart(true))
+    let restarted = Instant::now();
+    tokio::task::spawn_blocking(move || pg.restart(immediate))
         .await
         .unwrap()
         .unwrap();
@@ -39,6 +47,7 @@ async fn postgres_restart_mid_stream_loses_nothing() {
     c.assert_running();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
         .await;
+    let recovered = restarted.elapsed();
     assert_eq!(c.stop(), Some(0), "{}", c.output());
     // Exactly once: as many create records as inserted rows.
     let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
@@ -55,6 +64,19 @@ async fn postgres_restart_mid_stream_loses_nothing() {
         "{}",
         c.output()
     );
+    let t = tally(&recs);
+    cdc_harness::faults::report(serde_json::json!({
+        "scenario": format!("Postgres: server restarted mid-stream ({} shutdown)", if immediate { "immediate" } else { "fast" }),
+        "faults": 1,
+        "changes": t.changes,
+        "lost": t.lost,
+        "duplicated": t.duplicated,
+        "reordered": t.reordered,
+        "max_retained_wal_bytes": retained_wal(pg, &db).await,
+        "recovery_seconds": recovered.as_secs_f64(),
+    }));
+    assert!(t.is_clean(), "{t:?}");
+    drop_slot(pg, &db).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

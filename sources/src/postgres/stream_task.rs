@@ -484,7 +484,11 @@ impl StreamTask {
                     }
                 }
             },
-            b'c' => return Ok(Step::ServerDone),
+            // CopyDone; or CommandComplete / ReadyForQuery without one: a walsender told
+            // to stop (a fast or smart shutdown) ends the command with CommandComplete
+            // alone once it has sent everything (Postgres' WalSndDone). Either way the
+            // stream is over and the server is going away: reconnect, not a protocol error.
+            b'c' | b'C' | b'Z' => return Ok(Step::ServerDone),
             b'E' => {
                 let e = PgServerError::parse(&frame.body);
                 return Err(ReplicationError::Server {

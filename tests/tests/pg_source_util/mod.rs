@@ -495,3 +495,24 @@ impl Drop for RegistryServe {
         self.stop();
     }
 }
+
+/// The WAL slot `slot` retains now (`pg_current_wal_lsn() - restart_lsn`), if it exists.
+pub async fn retained_wal(pg: &PgServer, slot: &str) -> Option<i64> {
+    let c = pg.superuser_client("postgres").await.ok()?;
+    c.query_opt(
+        "SELECT (pg_current_wal_lsn() - restart_lsn)::int8 FROM pg_replication_slots WHERE slot_name = $1",
+        &[&slot],
+    )
+    .await
+    .ok()
+    .flatten()
+    .and_then(|r| r.get::<_, Option<i64>>(0))
+}
+
+/// The fault suite's tally of `recs` (the version-chain workload on `acct`).
+pub fn tally(recs: &[Rec]) -> cdc_harness::faults::Tally {
+    cdc_harness::faults::Tally::of(recs.iter().filter_map(|r| {
+        let (k, v) = (r.key.as_ref()?, r.value.as_ref()?);
+        Some((k.to_string(), v["op"].as_str()?, v["after"]["v"].as_i64()))
+    }))
+}
