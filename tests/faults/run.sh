@@ -39,7 +39,9 @@ args=(--mode "$mode" --kills "$kills" --started "$started" --seconds "$elapsed"
       --command "tests/faults/run.sh $*")
 python3 tests/faults/report.py "${args[@]}" <"$report"
 if [ "$write" = 1 ]; then
-  python3 tests/faults/report.py "${args[@]}" --markdown <"$report" >RELIABILITY.md
+  # Rendered before the file is replaced: the report names the commit, clean or not.
+  python3 tests/faults/report.py "${args[@]}" --markdown <"$report" >"$report.md"
+  mv "$report.md" RELIABILITY.md
   echo "wrote RELIABILITY.md"
 fi
 exit "$rc"
