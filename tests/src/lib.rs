@@ -19,6 +19,7 @@
 
 #[cfg(feature = "e2e")]
 mod auth_proxy;
+mod faultproxy;
 pub mod faults;
 #[cfg(feature = "e2e")]
 pub mod golden;
@@ -35,6 +36,7 @@ mod valkey;
 
 #[cfg(feature = "e2e")]
 pub use auth_proxy::{BasicAuthProxy, ProxiedRequest};
+pub use faultproxy::FaultProxy;
 #[cfg(feature = "e2e")]
 pub use http::http;
 pub use mariadb::{MariaDbOptions, MariaDbServer};

@@ -34,6 +34,17 @@
 //!   publishes *durable* checkpoints on (mapped to an LSN by [`durable_lsn`]). It never reports more than that, except for the
 //!   idle rule below, and never less than it reported before.
 //!
+//! # A silent server
+//!
+//! A connection can die without closing: a network partition, a firewall dropping the
+//! flow, a black-holed route. The socket then neither reads nor errors, for as long as
+//! the kernel's retransmission takes (minutes) or for ever. So while the task is reading
+//! (not holding a message for a full channel: that silence is ours), a status update
+//! sent after a whole `status_interval` of silence asks the server for a reply (a
+//! keepalive comes back at once from a live walsender), and after [`silent_limit`] with
+//! nothing at all from the server the connection is presumed dead: a lost connection,
+//! retried like any other.
+//!
 //! # Idle slot care
 //!
 //! When nothing is in flight the slot should still advance, or a quiet database's slot
@@ -54,7 +65,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use cdc_schemas::Lsn;
@@ -287,6 +298,7 @@ impl ReplicationStream {
             received: s.start_lsn,
             last_server_wal_end: Lsn::ZERO,
             pending: None,
+            last_heard: Instant::now(),
         };
         let handle = tokio::spawn(task.run());
         ReplicationStream {
@@ -365,6 +377,15 @@ struct StreamTask {
     last_server_wal_end: Lsn,
     /// A message the consumer has no room for yet.
     pending: Option<XLogData>,
+    /// When the server was last heard from (or the task resumed reading after holding a
+    /// message): see "A silent server".
+    last_heard: Instant,
+}
+
+/// How long a server that is being read may stay silent, having been asked for a reply,
+/// before the connection is presumed dead: three status intervals, at least 10 s.
+pub fn silent_limit(interval: Duration) -> Duration {
+    (interval * 3).max(Duration::from_secs(10))
 }
 
 enum Wake {
@@ -448,13 +469,33 @@ impl StreamTask {
             };
             match wake {
                 Wake::Stop => return self.shutdown().await,
-                Wake::Feedback => self.send_status(false).await?,
-                Wake::Delivered => {}
+                Wake::Feedback => {
+                    // Silence counts only while we read: a held message is our own pause.
+                    let silent = if self.pending.is_none() {
+                        self.last_heard.elapsed()
+                    } else {
+                        Duration::ZERO
+                    };
+                    let limit = silent_limit(self.interval);
+                    if silent >= limit {
+                        return Err(self.lost(format!(
+                            "nothing from the server for {} s, not even an answer to a status update that asked for one: the connection is presumed dead (a network partition or a dropped flow)",
+                            silent.as_secs()
+                        )));
+                    }
+                    self.send_status(silent >= self.interval).await?
+                }
+                Wake::Delivered => {
+                    if self.pending.is_none() {
+                        self.last_heard = Instant::now();
+                    }
+                }
                 Wake::Read(n) => {
                     let n = n.map_err(|e| self.lost(e))?;
                     if n == 0 {
                         return Err(self.lost("the server closed the connection"));
                     }
+                    self.last_heard = Instant::now();
                 }
             }
         }
@@ -590,6 +631,18 @@ impl StreamTask {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_silent_server_is_dead_after_three_intervals_and_at_least_ten_seconds() {
+        assert_eq!(
+            silent_limit(Duration::from_secs(10)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            silent_limit(Duration::from_millis(50)),
+            Duration::from_secs(10)
+        );
+    }
 
     #[test]
     fn flush_rule() {

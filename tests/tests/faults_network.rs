@@ -1,0 +1,163 @@
+//! Network faults between `cdc run` and its database, through a TCP proxy the suite starts
+//! on loopback (`cdc_harness::FaultProxy`), at random moments under a workload: the
+//! connections cut, stalled for a few seconds, slowed down, and once black-holed for longer
+//! than the connector's silence limit (it must notice a connection that neither answers
+//! nor closes, and reconnect). At the end the table rebuilt from the log equals the
+//! database and every key's history is exactly its committed versions; the figures go to
+//! the fault suite's report (`tests/faults/run.sh`).
+//!
+//! `CDC_TEST_NET_FAULTS` sets the number of faults per source (default 6).
+
+mod pg_source_util;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdc_harness::{passwords, FaultProxy, PgServer};
+use pg_source_util::*;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn faults() -> u32 {
+    std::env::var("CDC_TEST_NET_FAULTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6)
+}
+
+/// One fault of the kind `i` picks, through `proxy`; returns its name.
+async fn inject(proxy: &FaultProxy, i: u32, rng: &mut Rng, black_hole: Duration) -> &'static str {
+    match i % 4 {
+        0 => {
+            proxy.cut();
+            "cut"
+        }
+        1 => {
+            proxy.stall(true);
+            tokio::time::sleep(Duration::from_millis(1000 + rng.next() % 2000)).await;
+            proxy.stall(false);
+            "stall"
+        }
+        2 => {
+            proxy.slow(Some(Duration::from_millis(20)));
+            tokio::time::sleep(Duration::from_millis(1000 + rng.next() % 2000)).await;
+            proxy.slow(None);
+            "slow"
+        }
+        _ => {
+            // Longer than the silence limit: only the connector's own detection ends it.
+            proxy.stall(true);
+            tokio::time::sleep(black_hole).await;
+            proxy.stall(false);
+            "black hole"
+        }
+    }
+}
+
+/// Random transactions on `acct` (v = v + 1 updates, inserts) until `stop`.
+async fn pg_workload(
+    pg: &'static PgServer,
+    db: String,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+) {
+    let mut rng = Rng(0x2545f4914f6cdd1d);
+    let mut next_id = 200i64;
+    let mut c = pg.superuser_client(&db).await.unwrap();
+    while !stop.load(Ordering::Relaxed) {
+        let mut sql = String::from("BEGIN;");
+        for _ in 0..(1 + rng.next() % 3) {
+            let id = 1 + (rng.next() % next_id as u64) as i64;
+            sql.push_str(&format!("UPDATE acct SET v = v + 1 WHERE id = {id};"));
+        }
+        if rng.next() % 3 == 0 {
+            next_id += 1;
+            sql.push_str(&format!("INSERT INTO acct VALUES ({next_id}, 0, 'new');"));
+        }
+        sql.push_str("COMMIT;");
+        if c.batch_execute(&sql).await.is_ok() {
+            done.fetch_add(1, Ordering::Relaxed);
+        } else {
+            let _ = c.batch_execute("ROLLBACK").await;
+            if let Ok(n) = pg.superuser_client(&db).await {
+                c = n;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn postgres_through_cuts_stalls_slowness_and_a_black_hole() {
+    let n = faults();
+    let pg = PgServer::shared();
+    let db = setup_acct(pg, 200).await;
+    let proxy = FaultProxy::start(([127, 0, 0, 1], pg.port()).into()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "{}?sslmode=disable&connect_timeout=5",
+        pg.url("cdc", passwords::PG_CDC, &db)
+    )
+    .replace(&format!(":{}/", pg.port()), &format!(":{}/", proxy.port()));
+    // A short status interval: the silence limit is then its floor, 10 s.
+    let text = format!(
+        "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"{url}\"\ntables = [\"public.acct\"]\nslot = \"{db}\"\nheartbeat_interval_ms = 1000\nstatus_interval_ms = 1000\n[log]\ndir = \"{}\"\npartitions = 3\n[admin]\nlisten = \"127.0.0.1:0\"\n",
+        dir.path().join("log").display()
+    );
+    let mut c = Connector::with_config(dir.path(), &text);
+    c.start();
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let w = tokio::spawn(pg_workload(pg, db.clone(), stop.clone(), done.clone()));
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut max_retained = 0i64;
+    let mut kinds = Vec::new();
+    for i in 0..n {
+        tokio::time::sleep(Duration::from_millis(300 + rng.next() % 1200)).await;
+        kinds.push(inject(&proxy, i, &mut rng, Duration::from_secs(14)).await);
+        max_retained = max_retained.max(retained_wal(pg, &db).await.unwrap_or(0));
+        c.assert_running();
+    }
+    stop.store(true, Ordering::Relaxed);
+    w.await.unwrap();
+    let recovering = Instant::now();
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(90))
+        .await;
+    let recovered = recovering.elapsed();
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    let out = std::fs::read_to_string(c.dir.join("connector.log")).unwrap();
+    if kinds.contains(&"black hole") {
+        assert!(
+            out.contains("the connection is presumed dead"),
+            "the black hole was noticed by the silence limit\n{}",
+            c.output()
+        );
+    }
+    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
+    let t = tally(&recs);
+    cdc_harness::faults::report(serde_json::json!({
+        "scenario": "Postgres: network cut / stalled / slowed / black-holed (TCP proxy)",
+        "faults": n,
+        "transactions": done.load(Ordering::Relaxed),
+        "changes": t.changes,
+        "lost": t.lost,
+        "duplicated": t.duplicated,
+        "reordered": t.reordered,
+        "max_retained_wal_bytes": max_retained,
+        "recovery_seconds": recovered.as_secs_f64(),
+    }));
+    assert!(t.is_clean(), "{t:?} after {kinds:?}");
+    assert!(proxy.connections() > 2, "the faults made it reconnect");
+    drop_slot(pg, &db).await;
+}
