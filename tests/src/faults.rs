@@ -81,6 +81,93 @@ impl Tally {
     }
 }
 
+/// One run of a scenario, as the report shows it.
+#[derive(Clone, Debug, Default)]
+pub struct Run {
+    pub scenario: String,
+    pub faults: u64,
+    /// Source transactions the workload committed, when it counts them.
+    pub transactions: Option<u64>,
+    pub tally: Tally,
+    /// Postgres: the most WAL the slot retained at the moments the scenario looked.
+    pub max_retained_wal_bytes: Option<i64>,
+    /// From the last fault (or restart) to the log equal to the database.
+    pub recovery: std::time::Duration,
+}
+
+impl Run {
+    /// Reports the run ([`report`]) and fails the test unless nothing was lost,
+    /// duplicated or reordered.
+    pub fn report_and_check(&self) {
+        report(serde_json::json!({
+            "scenario": self.scenario,
+            "faults": self.faults,
+            "transactions": self.transactions,
+            "changes": self.tally.changes,
+            "lost": self.tally.lost,
+            "duplicated": self.tally.duplicated,
+            "reordered": self.tally.reordered,
+            "max_retained_wal_bytes": self.max_retained_wal_bytes,
+            "recovery_seconds": self.recovery.as_secs_f64(),
+        }));
+        assert!(self.tally.is_clean(), "{}: {:?}", self.scenario, self.tally);
+    }
+}
+
+/// The tally of a log's records of the version-chain workload (one topic: keys repeat
+/// across tables).
+#[cfg(feature = "e2e")]
+pub fn tally(records: &[crate::golden::LogRecord]) -> Tally {
+    Tally::of(records.iter().filter_map(|r| {
+        let (k, v) = (r.key.as_ref()?, r.value.as_ref()?);
+        Some((k.to_string(), v["op"].as_str()?, v["after"]["v"].as_i64()))
+    }))
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, o: Tally) {
+        self.changes += o.changes;
+        self.lost += o.lost;
+        self.duplicated += o.duplicated;
+        self.reordered += o.reordered;
+    }
+}
+
+/// The `i`-th network fault of the suite's rotation through `proxy`: a cut, a stall of
+/// `pause`, 20 ms per chunk for `pause`, a black hole of `black_hole`. Returns its name.
+pub async fn inject(
+    proxy: &crate::FaultProxy,
+    i: u32,
+    pause: std::time::Duration,
+    black_hole: std::time::Duration,
+) -> &'static str {
+    match i % 4 {
+        0 => {
+            proxy.cut();
+            "cut"
+        }
+        1 => {
+            proxy.stall(true);
+            tokio::time::sleep(pause).await;
+            proxy.stall(false);
+            "stall"
+        }
+        2 => {
+            proxy.slow(Some(std::time::Duration::from_millis(20)));
+            tokio::time::sleep(pause).await;
+            proxy.slow(None);
+            "slow"
+        }
+        _ => {
+            // Longer than the connector's silence limit: only its own detection ends it.
+            proxy.stall(true);
+            tokio::time::sleep(black_hole).await;
+            proxy.stall(false);
+            "black hole"
+        }
+    }
+}
+
 /// Appends `figures` (a JSON object; `scenario` names it) to `$CDC_FAULT_REPORT`.
 pub fn report(figures: Json) {
     let Some(path) = std::env::var_os("CDC_FAULT_REPORT") else {

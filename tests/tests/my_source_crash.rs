@@ -615,27 +615,19 @@ async fn sigkill_at_random_moments_every_change_exactly_once() {
     // The suite's figures, per table (keys repeat across tables).
     let mut t = cdc_harness::faults::Tally::default();
     for table in TABLES {
-        let recs = read_topic(&c.log_dir(), &topic(&db, table));
-        let x = cdc_harness::faults::Tally::of(recs.iter().filter_map(|r| {
-            let (k, v) = (r.key.as_ref()?, r.value.as_ref()?);
-            Some((k.to_string(), v["op"].as_str()?, v["after"]["v"].as_i64()))
-        }));
-        t.changes += x.changes;
-        t.lost += x.lost;
-        t.duplicated += x.duplicated;
-        t.reordered += x.reordered;
+        t += cdc_harness::faults::tally(&read_topic(&c.log_dir(), &topic(&db, table)));
     }
-    cdc_harness::faults::report(serde_json::json!({
-        "scenario": "MariaDB: SIGKILL of cdc run at random moments (snapshot and streaming), restarted",
-        "faults": kills,
-        "transactions": committed,
-        "changes": t.changes,
-        "lost": t.lost,
-        "duplicated": t.duplicated,
-        "reordered": t.reordered,
-        "recovery_seconds": recovered.as_secs_f64(),
-    }));
-    assert!(t.is_clean(), "seed {seed:#x}: {t:?}");
+    cdc_harness::faults::Run {
+        scenario:
+            "MariaDB: SIGKILL of cdc run at random moments (snapshot and streaming), restarted"
+                .into(),
+        faults: kills.into(),
+        transactions: Some(committed),
+        tally: t,
+        max_retained_wal_bytes: None,
+        recovery: recovered,
+    }
+    .report_and_check();
     dir.disable_cleanup(false);
     eprintln!(
         "{kills} SIGKILLs ({inside} inside the snapshot), {committed} transactions committed, {n} change records checked, {} transactions durable at a kill",

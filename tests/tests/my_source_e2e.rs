@@ -264,20 +264,15 @@ async fn mariadb_restarted_mid_stream() {
     let recovered = restarted.elapsed();
     let recs = c.records();
     check_histories(&recs).unwrap();
-    let t = cdc_harness::faults::Tally::of(recs.iter().filter_map(|r| {
-        let (k, v) = (r.key.as_ref()?, r.value.as_ref()?);
-        Some((k.to_string(), v["op"].as_str()?, v["after"]["v"].as_i64()))
-    }));
-    cdc_harness::faults::report(serde_json::json!({
-        "scenario": "MariaDB: server restarted mid-stream",
-        "faults": 1,
-        "changes": t.changes,
-        "lost": t.lost,
-        "duplicated": t.duplicated,
-        "reordered": t.reordered,
-        "recovery_seconds": recovered.as_secs_f64(),
-    }));
-    assert!(t.is_clean(), "{t:?}");
+    cdc_harness::faults::Run {
+        scenario: "MariaDB: server restarted mid-stream".into(),
+        faults: 1,
+        transactions: None,
+        tally: cdc_harness::faults::tally(&recs),
+        max_retained_wal_bytes: None,
+        recovery: recovered,
+    }
+    .report_and_check();
     assert_eq!(c.stop(), Some(0), "{}", c.output());
 }
 

@@ -217,19 +217,15 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
             c.dir.display()
         )
     });
-    let t = tally(&recs);
-    cdc_harness::faults::report(serde_json::json!({
-        "scenario": "Postgres: SIGKILL of cdc run at random moments, restarted",
-        "faults": kills,
-        "transactions": done.load(Ordering::Relaxed),
-        "changes": t.changes,
-        "lost": t.lost,
-        "duplicated": t.duplicated,
-        "reordered": t.reordered,
-        "max_retained_wal_bytes": max_retained,
-        "recovery_seconds": recovered.as_secs_f64(),
-    }));
-    assert!(t.is_clean(), "{t:?}");
+    cdc_harness::faults::Run {
+        scenario: "Postgres: SIGKILL of cdc run at random moments, restarted".into(),
+        faults: kills.into(),
+        transactions: Some(done.load(Ordering::Relaxed)),
+        tally: tally(&recs),
+        max_retained_wal_bytes: Some(max_retained),
+        recovery: recovered,
+    }
+    .report_and_check();
     drop_slot(pg, &db).await;
     dir.disable_cleanup(false);
     eprintln!(

@@ -64,18 +64,18 @@ async fn restart_mid_stream(immediate: bool) {
         "{}",
         c.output()
     );
-    let t = tally(&recs);
-    cdc_harness::faults::report(serde_json::json!({
-        "scenario": format!("Postgres: server restarted mid-stream ({} shutdown)", if immediate { "immediate" } else { "fast" }),
-        "faults": 1,
-        "changes": t.changes,
-        "lost": t.lost,
-        "duplicated": t.duplicated,
-        "reordered": t.reordered,
-        "max_retained_wal_bytes": retained_wal(pg, &db).await,
-        "recovery_seconds": recovered.as_secs_f64(),
-    }));
-    assert!(t.is_clean(), "{t:?}");
+    cdc_harness::faults::Run {
+        scenario: format!(
+            "Postgres: server restarted mid-stream ({} shutdown)",
+            if immediate { "immediate" } else { "fast" }
+        ),
+        faults: 1,
+        transactions: None,
+        tally: tally(&recs),
+        max_retained_wal_bytes: retained_wal(pg, &db).await,
+        recovery: recovered,
+    }
+    .report_and_check();
     drop_slot(pg, &db).await;
 }
 

@@ -137,29 +137,11 @@ async fn open_out(
     }
 }
 
-/// Completes on SIGTERM or Ctrl-C (SIGINT).
-async fn stop_signal() {
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term => {}
-    }
-}
-
 /// Turns true on the first SIGTERM / Ctrl-C. After it, a second signal, or `deadline`
 /// passing, exits the process at once: safe, because nothing is acknowledged to the
 /// database before it is durable (the next start reads the rest again).
 pub(crate) fn shutdown_signal(deadline: Duration) -> watch::Receiver<bool> {
+    use crate::registry_cmd::shutdown_signal as stop_signal;
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         stop_signal().await;
