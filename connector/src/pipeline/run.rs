@@ -459,7 +459,10 @@ pub async fn run(config: Config) -> ExitCode {
             tracing::info!("stopped");
             break ExitCode::SUCCESS;
         }
-        if started.elapsed() > Duration::from_secs(60) {
+        // An attempt that made something durable, or ran a while, was a working
+        // connection that broke: retry soon. Only attempts that fail without progress
+        // back off further (0.5 s doubling to 30 s).
+        if stats.flushes > 0 || started.elapsed() > Duration::from_secs(60) {
             backoff = Duration::from_millis(500);
         }
         tracing::info!(
