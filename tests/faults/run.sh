@@ -3,7 +3,7 @@
 # harness starts (Postgres, MariaDB), counting lost, duplicated and reordered changes,
 # the highest retained WAL and the time to recover, per scenario.
 #
-#   tests/faults/run.sh                 # short form (CI): 3 kills and 4 network faults per source,
+#   tests/faults/run.sh                 # short form (CI): 6 kills and 4 network faults per source,
 #                                       # each database restarted once
 #   tests/faults/run.sh --long          # the report's form: 100 kills, 40 network faults per source
 #   tests/faults/run.sh --long --write  # ... and rewrite RELIABILITY.md with the figures
@@ -27,7 +27,7 @@ for a in "$@"; do
     *) echo "usage: tests/faults/run.sh [--long] [--write]" >&2; exit 2 ;;
   esac
 done
-kills=${KILLS:-$([ "$long" = 1 ] && echo 100 || echo 3)}
+kills=${KILLS:-$([ "$long" = 1 ] && echo 100 || echo 6)}
 net=${NET_FAULTS:-$([ "$long" = 1 ] && echo 40 || echo 4)}
 mode=$([ "$long" = 1 ] && echo long || echo short)
 report=$(mktemp /tmp/cdc-faults-XXXXXX.jsonl)
