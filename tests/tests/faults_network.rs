@@ -18,54 +18,11 @@ use cdc_harness::faults::inject;
 use cdc_harness::{passwords, FaultProxy, PgServer};
 use pg_source_util::*;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn faults() -> u32 {
     std::env::var("CDC_TEST_NET_FAULTS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(6)
-}
-
-/// Random transactions on `acct` (v = v + 1 updates, inserts) until `stop`.
-async fn pg_workload(
-    pg: &'static PgServer,
-    db: String,
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicU64>,
-) {
-    let mut rng = Rng(0x2545f4914f6cdd1d);
-    let mut next_id = 200i64;
-    let mut c = pg.superuser_client(&db).await.unwrap();
-    while !stop.load(Ordering::Relaxed) {
-        let mut sql = String::from("BEGIN;");
-        for _ in 0..(1 + rng.next() % 3) {
-            let id = 1 + (rng.next() % next_id as u64) as i64;
-            sql.push_str(&format!("UPDATE acct SET v = v + 1 WHERE id = {id};"));
-        }
-        if rng.next() % 3 == 0 {
-            next_id += 1;
-            sql.push_str(&format!("INSERT INTO acct VALUES ({next_id}, 0, 'new');"));
-        }
-        sql.push_str("COMMIT;");
-        if c.batch_execute(&sql).await.is_ok() {
-            done.fetch_add(1, Ordering::Relaxed);
-        } else {
-            let _ = c.batch_execute("ROLLBACK").await;
-            if let Ok(n) = pg.superuser_client(&db).await {
-                c = n;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -91,7 +48,14 @@ async fn postgres_through_cuts_stalls_slowness_and_a_black_hole() {
         .await;
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
-    let w = tokio::spawn(pg_workload(pg, db.clone(), stop.clone(), done.clone()));
+    let w = tokio::spawn(workload(
+        pg,
+        db.clone(),
+        200,
+        stop.clone(),
+        0x2545f4914f6cdd1d,
+        done.clone(),
+    ));
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let mut max_retained = 0i64;
     let mut kinds = Vec::new();

@@ -16,61 +16,6 @@ use cdc_harness::PgServer;
 use pg_source_util::*;
 use serde_json::Value as Json;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
-/// Random transactions: updates (v = v + 1), inserts of new ids, deletes. Returns the
-/// number of committed transactions when `stop` is set.
-async fn workload(
-    pg: &'static PgServer,
-    db: String,
-    first_id: i64,
-    stop: Arc<AtomicBool>,
-    seed: u64,
-    done: Arc<AtomicU64>,
-) {
-    let mut rng = Rng(seed | 1);
-    let mut next_id = first_id;
-    let mut c = pg.superuser_client(&db).await.unwrap();
-    while !stop.load(Ordering::Relaxed) {
-        let mut sql = String::from("BEGIN;");
-        for _ in 0..(1 + rng.next() % 4) {
-            let id = 1 + (rng.next() % next_id as u64) as i64;
-            sql.push_str(&format!("UPDATE acct SET v = v + 1 WHERE id = {id};"));
-        }
-        if rng.next() % 3 == 0 {
-            next_id += 1;
-            sql.push_str(&format!("INSERT INTO acct VALUES ({next_id}, 0, 'new');"));
-        }
-        if rng.next() % 7 == 0 {
-            let id = 1 + (rng.next() % next_id as u64) as i64;
-            sql.push_str(&format!("DELETE FROM acct WHERE id = {id};"));
-        }
-        sql.push_str("COMMIT;");
-        match c.batch_execute(&sql).await {
-            Ok(()) => {
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(_) => {
-                // The server restarted: reconnect (the transaction did not commit).
-                let _ = c.batch_execute("ROLLBACK").await;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                if let Ok(n) = pg.superuser_client(&db).await {
-                    c = n;
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
 /// Every key's history in the log is a valid sequence: a snapshot read (re)sets it, a
 /// create starts it, each update adds exactly 1 to v, a delete ends it — so no change is
 /// duplicated or missing and they are in commit order.
