@@ -9,6 +9,7 @@ pub mod history;
 pub mod kafka_consumer;
 pub mod log_cmd;
 pub mod log_consumer;
+pub mod log_repair;
 pub mod logging;
 pub mod pipeline;
 pub mod registry_cmd;

@@ -25,6 +25,8 @@
 //! refuses it while the group has members) work on the cluster instead; `produce` and
 //! `delete-group` say to use Kafka's own tools.
 //!
+//! `verify` and `repair` (damaged segments) are in `log_repair`.
+//!
 //! Exit codes: 0 success, 1 the operation failed (unknown topic, out-of-range offset, log
 //! in use, I/O), 2 bad command line or configuration.
 
@@ -118,6 +120,14 @@ pub enum LogCommand {
     },
     /// Forget a consumer group (stop its consumer first; refused while a sink runs it).
     DeleteGroup { group: String },
+    /// Read every batch of every topic (and of the registry and schema-history logs
+    /// beside them), checking CRCs: prints each topic's record count or the damaged file,
+    /// byte and offset. Read-only: works while `cdc run` writes. Exit 1 on damage.
+    Verify,
+    /// Cut damaged segments at their first bad batch (stop `cdc run` first); when records
+    /// of the data log were cut, the next `cdc run` takes a new snapshot that brings the
+    /// tables back to their current rows. Prints what was cut.
+    Repair,
 }
 
 /// A failure of a `cdc log` command, with its exit code.
@@ -207,6 +217,50 @@ fn run_inner(target: LogTarget, cmd: LogCommand) -> Result<(), Failure> {
         LogCommand::Describe { topic } => {
             let log = Log::open_read_only(&dir)?;
             describe(&log, &topic)
+        }
+        LogCommand::Verify => {
+            let damage = crate::log_repair::verify(&dir)?;
+            if damage.is_empty() {
+                return Ok(());
+            }
+            Err(Failure(
+                1,
+                format!(
+                    "{} damaged part(s) of the log at {}; stop `cdc run` and run `cdc log repair` on it (the next run then snapshots the tables again), or restore the directory from a backup",
+                    damage.len(),
+                    dir.display()
+                ),
+            ))
+        }
+        LogCommand::Repair => {
+            let repaired = crate::log_repair::repair(&dir).map_err(|e| match e {
+                LogError::Locked { pid, .. } => Failure(
+                    1,
+                    format!(
+                        "the log at {} is in use by another process{}: stop `cdc run` (and `cdc sink`) first",
+                        dir.display(),
+                        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+                    ),
+                ),
+                e => e.into(),
+            })?;
+            let mut any = false;
+            for (what, r) in &repaired {
+                for cut in &r.cuts {
+                    any = true;
+                    println!("{what} log: {cut}");
+                }
+            }
+            if !any {
+                println!("no damage found; nothing changed");
+            } else if repaired
+                .iter()
+                .any(|(w, r)| *w == "data" && !r.cuts.is_empty())
+            {
+                println!("the records from each cut on are gone from the log; the stored position is now \"snapshot incomplete\": the next `cdc run` snapshots the tables again (op r) and writes deletes for the rows that are gone, so the log's tables come back equal to the database");
+                println!("sinks: the offsets from each cut on will be written again by new records; rebuild each sink's view (clear it, then `cdc log reset-group <group> <topic> --to-earliest`) and check it with `cdc verify --sink`");
+            }
+            Ok(())
         }
         LogCommand::Groups => {
             let log = Log::open_read_only(&dir)?;
@@ -449,7 +503,7 @@ fn kafka(config: &crate::config::Config, cmd: LogCommand) -> Result<(), Failure>
             Ok(())
         }
         _ => Err(usage(
-            "on a Kafka log `cdc log` has topics, describe, tail, groups and reset-group; produce and delete-group are Kafka's own tools' (kcat, kafka-consumer-groups)",
+            "on a Kafka log `cdc log` has topics, describe, tail, groups and reset-group; produce and delete-group are Kafka's own tools' (kcat, kafka-consumer-groups), and verify and repair are the embedded log's (Kafka checks and replicates its own segments)",
         )),
     }
 }

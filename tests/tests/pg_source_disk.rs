@@ -422,7 +422,12 @@ fn root_or_skip(test: &str) -> bool {
 /// filler file leaves 256 KiB free and `write` (ids from `PER_TX + 1` to `rows`) needs
 /// more. The connector waits (naming the cause), keeps waiting without a restart, resumes once the filler is deleted, and the log then holds
 /// every row once, checks clean and opens without recovery cutting anything.
-async fn enospc_scenario(partitions: u32, rows: i64, write: impl AsyncFnOnce(&PgServer, &str)) {
+async fn enospc_scenario(
+    scenario: &str,
+    partitions: u32,
+    rows: i64,
+    write: impl AsyncFnOnce(&PgServer, &str),
+) {
     let pg = PgServer::shared();
     let db = empty_acct(pg).await;
     let (_dir, mut c) = temp_connector(pg, &db, &["public.acct"], "");
@@ -451,16 +456,36 @@ async fn enospc_scenario(partitions: u32, rows: i64, write: impl AsyncFnOnce(&Pg
     tokio::time::sleep(Duration::from_secs(2)).await;
     c.assert_running();
     assert_eq!(metric(&admin, "cdc_pipeline_waiting_for_disk"), Some(1));
+    // What the wait costs the database: the WAL the slot holds meanwhile.
+    let retained = retained_wal(pg, &db).await;
     // Space returns: the connector resumes by itself.
     std::fs::remove_file(&filler).unwrap();
+    let freed = Instant::now();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
         .await;
+    let recovered = freed.elapsed();
     let ids: Vec<i64> = read_topic(&c.log_dir(), ACCT_TOPIC)
         .iter()
         .filter_map(|r| r.value.as_ref())
         .filter(|v| v["op"] == "c" || v["op"] == "r")
         .map(|v| v["after"]["id"].as_i64().unwrap())
         .collect();
+    // The fault suite's figures (tests/faults/run.sh): each id is one create.
+    let distinct: std::collections::BTreeSet<i64> = ids.iter().copied().collect();
+    cdc_harness::faults::Run {
+        scenario: scenario.into(),
+        faults: 1,
+        transactions: None,
+        tally: cdc_harness::faults::Tally {
+            changes: ids.len() as u64,
+            lost: (1..=rows).filter(|i| !distinct.contains(i)).count() as u64,
+            duplicated: (ids.len() - distinct.len()) as u64,
+            reordered: 0,
+        },
+        max_retained_wal_bytes: retained,
+        recovery: recovered,
+    }
+    .report_and_check();
     assert_each_once(&ids, rows);
     assert_eq!(metric(&admin, "cdc_pipeline_waiting_for_disk"), Some(0));
     assert_eq!(c.stop(), Some(0), "{}", c.output());
@@ -481,7 +506,11 @@ async fn enospc_in_the_log_waits_and_resumes_when_space_returns() {
     if !root_or_skip("enospc_in_the_log_waits_and_resumes_when_space_returns") {
         return;
     }
-    enospc_scenario(3, ROWS, async |pg, db| {
+    enospc_scenario(
+        "Postgres: the log's file system full (ENOSPC on a tmpfs) under small transactions, then freed",
+        3,
+        ROWS,
+        async |pg, db| {
         insert_rows(pg, db, PER_TX + 1, ROWS - PER_TX).await
     })
     .await;
@@ -499,7 +528,11 @@ async fn enospc_in_a_large_transaction_written_behind_waits_and_resumes() {
     }
     // About 4 MB of lz4 batches: several 1 MiB chunks before the commit.
     const LARGE: i64 = 4 * ROWS;
-    enospc_scenario(1, LARGE, async |pg, db| {
+    enospc_scenario(
+        "Postgres: the log's file system full (ENOSPC on a tmpfs) inside a large transaction, then freed",
+        1,
+        LARGE,
+        async |pg, db| {
         pg.execute(
             db,
             &format!(

@@ -110,9 +110,20 @@ async fn open_out(
     match config.log.kind {
         LogKind::Embedded => {
             let log = Log::open(&config.log.dir, options).map_err(|e| {
+                let damaged = matches!(
+                    e,
+                    cdc_log::LogError::CorruptSegment { .. }
+                        | cdc_log::LogError::DurableDataLost { .. }
+                        | cdc_log::LogError::CorruptFile { .. }
+                );
                 OpenError::Definite(format!(
-                    "cannot open the log at {}: {e}",
-                    config.log.dir.display()
+                    "cannot open the log at {}: {e}{}",
+                    config.log.dir.display(),
+                    if damaged {
+                        ". With cdc: `cdc log repair --config <this file>` cuts the damaged records (`cdc log verify` lists them) and the next run snapshots the tables again, bringing the log back equal to the database"
+                    } else {
+                        ""
+                    }
                 ))
             })?;
             let cp = log.checkpoint();

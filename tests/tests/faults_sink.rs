@@ -1,0 +1,144 @@
+//! A sink's target down for a long while (the fault suite, `tests/faults/run.sh`): `cdc run`
+//! on the Postgres version-chain workload with a Redis `[[sink]]`; Redis is stopped for
+//! `CDC_TEST_SINK_OUTAGE_SECS` (default 10; the long form 600) while the source keeps
+//! writing. The outage must not hold the database back — the log buffers, so the WAL the
+//! slot retains stays at what one status interval covers, whatever the outage's length —
+//! the sink's lag shows in `/status`, and once Redis is back every change reaches it:
+//! `cdc verify --sink` says the view equals the table, and the log's key histories are
+//! exactly the committed versions.
+
+mod pg_source_util;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdc_harness::{passwords, PgServer, RedisOptions, RedisServer};
+use pg_source_util::*;
+
+fn outage() -> Duration {
+    Duration::from_secs(
+        std::env::var("CDC_TEST_SINK_OUTAGE_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10),
+    )
+}
+
+/// WAL written since `from` (`pg_current_wal_lsn() - from`), and the current LSN.
+async fn wal_since(pg: &PgServer, from: Option<&str>) -> (i64, String) {
+    let c = pg.superuser_client("postgres").await.unwrap();
+    let row = c
+        .query_one(
+            "SELECT pg_current_wal_lsn()::text, (pg_current_wal_lsn() - coalesce($1::text, pg_current_wal_lsn()::text)::pg_lsn)::int8",
+            &[&from],
+        )
+        .await
+        .unwrap();
+    (row.get(1), row.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_down_for_long_holds_no_wal_and_the_view_catches_up() {
+    let down = outage();
+    let pg = PgServer::shared();
+    let db = setup_acct(pg, 200).await;
+    let redis = RedisServer::start_with(RedisOptions {
+        appendonly: true,
+        ..RedisOptions::default()
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("{}?sslmode=disable", pg.url("cdc", passwords::PG_CDC, &db));
+    let text = format!(
+        "name = \"t\"\n[source]\ntype = \"postgres\"\nurl = \"{url}\"\ntables = [\"public.acct\"]\nslot = \"{db}\"\nheartbeat_interval_ms = 1000\nstatus_interval_ms = 1000\n[log]\ndir = \"{}\"\npartitions = 3\n[admin]\nlisten = \"127.0.0.1:0\"\n[[sink]]\nname = \"cache\"\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{}/0\"\n",
+        dir.path().join("log").display(),
+        redis.port()
+    );
+    let mut c = Connector::with_config(dir.path(), &text);
+    let admin = c.fixed_admin_port();
+    c.start();
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
+        .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let w = tokio::spawn(workload(
+        pg,
+        db.clone(),
+        200,
+        stop.clone(),
+        0x6a09e667f3bcc909,
+        done.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    redis.stop_for_now().unwrap();
+    let (_, lsn_at_stop) = wal_since(pg, None).await;
+    let went = Instant::now();
+    let mut max_retained = 0i64;
+    let mut lag_seen = false;
+    while went.elapsed() < down {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        c.assert_running();
+        max_retained = max_retained.max(retained_wal(pg, &db).await.unwrap_or(0));
+        if !lag_seen {
+            let (_, status) = http(&admin, "GET", "/status", None, "");
+            lag_seen = status["sinks"]["cache"]["lag_records"]
+                .as_u64()
+                .unwrap_or(0)
+                > 0;
+        }
+    }
+    let (written, _) = wal_since(pg, Some(&lsn_at_stop)).await;
+    redis.start_again().unwrap();
+    let back = Instant::now();
+    stop.store(true, Ordering::Relaxed);
+    w.await.unwrap();
+    c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
+        .await;
+    // Caught up: the sink delivers again (after its backoff) and its group has no lag.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, status) = http(&admin, "GET", "/status", None, "");
+        let sink = &status["sinks"]["cache"];
+        if sink["state"] == "running" && sink["group_lag_records"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sink did not catch up: {sink}\n{}",
+            c.output()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let recovered = back.elapsed();
+    let (code, out, err) = c.verify(&["--table", "public.acct", "--sink", "cache"]);
+    assert_eq!(code, Some(0), "{out}\n{err}\n{}", c.output());
+    assert_eq!(c.stop(), Some(0), "{}", c.output());
+    eprintln!(
+        "Redis down {} s: {} transactions, {written} bytes of WAL written meanwhile, at most {max_retained} retained; caught up {:.1} s after Redis came back",
+        down.as_secs(),
+        done.load(Ordering::Relaxed),
+        recovered.as_secs_f64()
+    );
+    assert!(lag_seen, "/status showed the sink's lag during the outage");
+    // The slot follows the log, not the sink: what it retains is bounded by the status
+    // interval's worth of WAL (plus Postgres's own checkpoint rhythm), not by the outage.
+    assert!(
+        max_retained < 16 << 20,
+        "the slot retained {max_retained} bytes while Redis was down"
+    );
+    let recs = read_topic(&c.log_dir(), ACCT_TOPIC);
+    cdc_harness::faults::Run {
+        scenario: format!(
+            "Postgres → Redis sink: Redis down {} s while the source writes (`cdc verify --sink` equal after)",
+            down.as_secs()
+        ),
+        faults: 1,
+        transactions: Some(done.load(Ordering::Relaxed)),
+        tally: tally(&recs),
+        max_retained_wal_bytes: Some(max_retained),
+        recovery: recovered,
+    }
+    .report_and_check();
+    drop_slot(pg, &db).await;
+}
