@@ -43,7 +43,15 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// A proxy on a free loopback port forwarding to `upstream`.
     pub fn start(upstream: SocketAddr) -> Result<FaultProxy> {
-        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind")?;
+        Self::start_on(([127, 0, 0, 1], 0).into(), upstream)
+    }
+
+    /// A proxy listening on `listen` (port 0: a free one) forwarding to `upstream`: another
+    /// loopback address (127.0.0.2, …) stands for another host. Dropping it closes its
+    /// connections and its address then refuses new ones, as a host that went away.
+    pub fn start_on(listen: SocketAddr, upstream: SocketAddr) -> Result<FaultProxy> {
+        let std_listener =
+            std::net::TcpListener::bind(listen).with_context(|| format!("bind {listen}"))?;
         std_listener.set_nonblocking(true)?;
         let port = std_listener.local_addr()?.port();
         let shared = Arc::new(Shared {

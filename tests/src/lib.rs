@@ -23,6 +23,7 @@ mod faultproxy;
 pub mod faults;
 #[cfg(feature = "e2e")]
 pub mod golden;
+mod hosts;
 #[cfg(feature = "e2e")]
 mod http;
 mod mariadb;
@@ -37,6 +38,7 @@ mod valkey;
 #[cfg(feature = "e2e")]
 pub use auth_proxy::{BasicAuthProxy, ProxiedRequest};
 pub use faultproxy::FaultProxy;
+pub use hosts::HostsEntry;
 #[cfg(feature = "e2e")]
 pub use http::http;
 pub use mariadb::{MariaDbOptions, MariaDbServer};
