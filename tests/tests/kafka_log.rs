@@ -13,12 +13,14 @@
 //! - SIGKILLed many times mid-stream, with transactions: a `read_committed` consumer sees
 //!   every change exactly once, in order;
 //! - a broker that is not up yet when `cdc run` starts: it waits and retries, then writes;
-//! - a broker stopped for 3 s and restarted mid-stream: the connector resumes by itself
-//!   from the position in Kafka, and every change is there once;
+//! - a broker stopped for 3 s (`CDC_TEST_BROKER_OUTAGE_SECS`) and restarted mid-stream:
+//!   the connector resumes by itself from the position in Kafka, and every change is there
+//!   once;
 //! - an existing topic with another partition count, and `[log]` keys of the wrong kind,
 //!   are clear errors.
 //!
-//! `CDC_TEST_KILLS` sets the number of SIGKILL/restart cycles (default 5).
+//! `CDC_TEST_KAFKA_KILLS` (else `CDC_TEST_KILLS`) sets the number of SIGKILL/restart
+//! cycles (default 5); the kill tests and the broker outage report to the fault suite.
 
 mod kafka_util;
 mod pg_source_util;
@@ -318,9 +320,9 @@ async fn killed_mid_stream_without_transactions_at_least_once_in_order_per_key()
 /// restart resends a suffix of what it had not stored the position of).
 async fn killed_mid_stream(transactions: bool) {
     let Some(python) = python() else { return };
-    let kills: usize = std::env::var("CDC_TEST_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    let kills: usize = ["CDC_TEST_KAFKA_KILLS", "CDC_TEST_KILLS"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
         .unwrap_or(5);
     let pg = PgServer::shared();
     let kafka = NoidaKafka::start().unwrap();
@@ -359,11 +361,15 @@ async fn killed_mid_stream(transactions: bool) {
     )
     .await;
     assert_eq!(first.len(), 40, "{}", kc.output());
-    // Transactions of 20 inserts, then updates of them, while the connector is killed.
+    // Transactions of 20 inserts, then updates of them, while the connector is killed:
+    // at least 59, and on until the kills are done.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let db = db.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
-            for t in 1..60 {
+            let mut t = 1i64;
+            while t < 60 || !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let base = t * 20;
                 pg.execute(
                     &db,
@@ -379,38 +385,43 @@ async fn killed_mid_stream(transactions: bool) {
                 .await
                 .unwrap();
                 tokio::time::sleep(Duration::from_millis(40)).await;
+                t += 1;
             }
+            t // transactions, the first one (ids 1..=20) included
         })
     };
-    for i in 0..kills {
-        tokio::time::sleep(Duration::from_millis(300 + 170 * i as u64)).await;
+    let mut rng = Rng(0x510e527fade682d1 ^ transactions as u64);
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_millis(300 + rng.next() % 700)).await;
         kc.kill();
         kc.start();
     }
-    writer.await.unwrap();
-    // Every change: 1200 inserts and the updates: 20 in the first transaction, then 21 in
-    // each of the 59 others (their range starts at the previous one's last row).
-    const CHANGES: usize = 1200 + 20 + 59 * 21;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let txs = writer.await.unwrap();
+    let recovering = Instant::now();
+    // Every change: 20 inserts per transaction and the updates: 20 in the first
+    // transaction, then 21 in each of the others (their range starts at the previous
+    // one's last row).
+    let rows = 20 * txs as usize;
+    let changes_total = rows + 20 + (txs as usize - 1) * 21;
     let c = pg.superuser_client(&db).await.unwrap();
     let want_rows: i64 = c
         .query_one("SELECT count(*) FROM acct", &[])
         .await
         .unwrap()
         .get(0);
-    assert_eq!(want_rows, 1200);
+    assert_eq!(want_rows, rows as i64);
     // Until every change is there (without transactions, some more than once).
     let deadline = Instant::now() + Duration::from_secs(120);
     let got = loop {
         let got = read_kafka(&python, &kafka.brokers(), &[TOPIC]);
         let distinct: std::collections::HashSet<&Seen> = got.iter().map(|(_, s, _)| s).collect();
-        if distinct.len() >= CHANGES || Instant::now() > deadline {
+        if distinct.len() >= changes_total || Instant::now() > deadline {
             break got;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    if transactions {
-        assert_eq!(got.len(), CHANGES, "every change once");
-    }
+    let recovered = recovering.elapsed();
     let mut per_key: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
     for (_, s, v) in &got {
         if v.is_null() {
@@ -421,18 +432,76 @@ async fn killed_mid_stream(transactions: bool) {
             v["after"]["balance"].as_i64().unwrap(),
         ));
     }
-    assert_eq!(per_key.len(), 1200, "{}", kc.output());
+    // Its insert, then the update of its own transaction, then (for the first row of a
+    // range) the next transaction's update: each once, in order.
+    let want_of = |id: i64| {
+        let t = (id - 1) / 20;
+        let mut want = vec![("c".to_string(), 0), ("u".to_string(), t)];
+        if id % 20 == 0 && t + 1 < txs {
+            want.push(("u".to_string(), t + 1));
+        }
+        want
+    };
+    // The fault suite's tally: per key, what is missing, the copies beyond the first, and
+    // first copies out of commit order.
+    let by_id: BTreeMap<i64, &Vec<(String, i64)>> = per_key
+        .iter()
+        .map(|(k, v)| {
+            let id = serde_json::from_str::<Json>(k).unwrap()["id"]
+                .as_i64()
+                .unwrap();
+            (id, v)
+        })
+        .collect();
+    let mut tally = cdc_harness::faults::Tally::default();
+    for id in 1..=rows as i64 {
+        let want = want_of(id);
+        let Some(changes) = by_id.get(&id) else {
+            tally.lost += want.len() as u64;
+            continue;
+        };
+        let mut seen = std::collections::HashSet::new();
+        let firsts: Vec<_> = changes
+            .iter()
+            .filter(|c| seen.insert(*c))
+            .cloned()
+            .collect();
+        tally.changes += changes.len() as u64;
+        tally.duplicated += (changes.len() - firsts.len()) as u64;
+        tally.lost += want.iter().filter(|w| !firsts.contains(w)).count() as u64;
+        let kept: Vec<_> = firsts.iter().filter(|f| want.contains(f)).collect();
+        let wanted: Vec<_> = want.iter().filter(|w| firsts.contains(w)).collect();
+        if kept != wanted {
+            tally.reordered += 1;
+        }
+    }
+    let run = cdc_harness::faults::Run {
+        scenario: format!(
+            "Postgres → Kafka log ({}): SIGKILL of cdc run at random moments",
+            if transactions {
+                "transactions, read_committed"
+            } else {
+                "no transactions: at least once"
+            }
+        ),
+        faults: kills as u64,
+        transactions: Some(txs as u64),
+        tally,
+        max_retained_wal_bytes: None,
+        recovery: recovered,
+    };
+    if transactions {
+        run.report_and_check();
+        assert_eq!(got.len(), changes_total, "every change once");
+    } else {
+        run.report_and_check_at_least_once();
+    }
+    assert_eq!(per_key.len(), rows, "{}", kc.output());
     for (k, changes) in &per_key {
         let id: i64 = serde_json::from_str::<Json>(k).unwrap()["id"]
             .as_i64()
             .unwrap();
-        let t = (id - 1) / 20;
-        // Its insert, then the update of its own transaction, then (for the first row of a
-        // range) the next transaction's update: each once, in order.
-        let mut want = vec![("c".to_string(), 0), ("u".to_string(), t)];
-        if id % 20 == 0 && t + 1 < 60 {
-            want.push(("u".to_string(), t + 1));
-        }
+        let want = want_of(id);
         let mut firsts = changes.clone();
         if !transactions {
             // Resent copies of changes already read: keep the first of each.
@@ -444,9 +513,17 @@ async fn killed_mid_stream(transactions: bool) {
     kc.stop();
 }
 
+/// The broker down for `CDC_TEST_BROKER_OUTAGE_SECS` (default 3; the fault suite's long
+/// form: 600) while the source writes transactions of 20 inserts every 50 ms.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() {
     let Some(python) = python() else { return };
+    let outage = Duration::from_secs(
+        std::env::var("CDC_TEST_BROKER_OUTAGE_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3),
+    );
     let pg = PgServer::shared();
     let kafka = NoidaKafka::start().unwrap();
     let db = database_with(
@@ -459,11 +536,15 @@ async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() 
     kc.edit_config(|t| t.replace("kafka_timeout_ms = 10000", "kafka_timeout_ms = 2000"));
     kc.start();
     wait_streaming(&python, &kafka.brokers(), &kc).await;
-    // 40 transactions of 20 inserts, 50 ms apart; the broker is down for 3 s among them.
+    // Transactions of 20 inserts, 50 ms apart, from before the broker stops until after
+    // it is back.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let db = db.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
-            for t in 0..40 {
+            let mut t = 0;
+            while t < 40 || !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 pg.execute(
                     &db,
                     &format!(
@@ -475,31 +556,67 @@ async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() 
                 .await
                 .unwrap();
                 tokio::time::sleep(Duration::from_millis(50)).await;
+                t += 1;
             }
+            t
         })
     };
     tokio::time::sleep(Duration::from_millis(600)).await;
-    tokio::task::block_in_place(|| {
+    // While the broker is down nothing becomes durable, so the slot holds the WAL.
+    let slot = format!("{db}_k");
+    let max_retained = tokio::task::block_in_place(|| {
+        let rt = tokio::runtime::Handle::current();
+        let mut max = 0i64;
         kafka
-            .restart_after(|| std::thread::sleep(Duration::from_secs(3)))
-            .unwrap()
+            .restart_after(|| {
+                let until = Instant::now() + outage;
+                while Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(500).min(outage));
+                    let r = rt.block_on(retained_wal(pg, &slot)).unwrap_or(0);
+                    max = max.max(r);
+                }
+            })
+            .unwrap();
+        max
     });
-    writer.await.unwrap();
+    let back = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let txs = writer.await.unwrap();
+    let rows = 20 * txs as usize;
     let got = wait_kafka(
         &python,
         &kafka.brokers(),
         TOPIC,
-        800,
-        Duration::from_secs(120),
+        rows,
+        Duration::from_secs(120 + outage.as_secs()),
     )
     .await;
+    let recovered = back.elapsed();
     kc.assert_running();
     let keys: std::collections::BTreeSet<&str> = got
         .iter()
         .filter_map(|(_, s, _)| s.key.as_deref())
         .collect();
-    assert_eq!(keys.len(), 800, "every row once\n{}", kc.output());
-    assert_eq!(got.len(), 800, "no change twice\n{}", kc.output());
+    cdc_harness::faults::Run {
+        scenario: format!(
+            "Postgres → Kafka log (transactions): the broker down {} s while the source writes",
+            outage.as_secs()
+        ),
+        faults: 1,
+        transactions: Some(txs as u64),
+        tally: cdc_harness::faults::Tally {
+            changes: got.len() as u64,
+            lost: (rows - keys.len()) as u64,
+            duplicated: (got.len() - keys.len()) as u64,
+            reordered: 0,
+        },
+        max_retained_wal_bytes: Some(max_retained),
+        recovery: recovered,
+    }
+    .report_and_check();
+    assert_eq!(keys.len(), rows, "every row once\n{}", kc.output());
+    assert_eq!(got.len(), rows, "no change twice\n{}", kc.output());
     kc.stop();
 }
 
