@@ -13,7 +13,8 @@
 # long 30) and BROKER_OUTAGE_SECS (short 3, long 600) override the sizes. Scenarios: SIGKILL of `cdc run`
 # at random moments (Postgres; MariaDB inside the snapshot and while streaming), the
 # database server restarted mid-stream (Postgres fast and immediate shutdown; MariaDB), a
-# failover-like restart (Postgres back at a new address under the same host name: needs root),
+# failover-like restart (Postgres, MariaDB: back at a new address under the same host name:
+# needs root),
 # network faults through a TCP proxy the suite starts (cut, stall, slow, and a black hole
 # longer than the connector's silence limit), torn segment tails after a SIGKILL, durable
 # segments damaged while stopped (found by `cdc log verify`, cut by `cdc log repair`,
@@ -22,7 +23,7 @@
 # transactions (duplicates counted, not failed, without them) and the broker down. Each is a test of the suite (tests/tests/
 # pg_source_e2e.rs, pg_source_resilience.rs, my_source_crash.rs, my_source_e2e.rs,
 # faults_network.rs, faults_network_mysql.rs, faults_segments.rs, pg_source_disk.rs,
-# faults_sink.rs, faults_failover.rs, kafka_log.rs) that checks, at the end, that the table rebuilt from the log (and the
+# faults_sink.rs, faults_failover.rs, faults_failover_mysql.rs, kafka_log.rs) that checks, at the end, that the table rebuilt from the log (and the
 # sink's view, with `cdc verify --sink`) equals the database and that every key's history
 # is exactly its committed versions; the figures come from `cdc_harness::faults`
 # (CDC_FAULT_REPORT). Exit status: the tests'.
@@ -53,7 +54,7 @@ CDC_FAULT_REPORT="$report" CDC_TEST_KILLS="$kills" MY_CRASH_KILLS="$kills" CDC_T
   CDC_TEST_SEGMENT_FAULTS="$segfaults" CDC_TEST_SINK_OUTAGE_SECS="$outage" CDC_TEST_FAILOVERS="$failovers" \
   CDC_TEST_KAFKA_KILLS="$kafka_kills" CDC_TEST_BROKER_OUTAGE_SECS="$broker_outage" \
   python3 scripts/run-tests.py \
-  --only pg_source_e2e,pg_source_resilience,my_source_crash,my_source_e2e,faults_network,faults_network_mysql,faults_segments,faults_sink,pg_source_disk,faults_failover,kafka_log \
+  --only pg_source_e2e,pg_source_resilience,my_source_crash,my_source_e2e,faults_network,faults_network_mysql,faults_segments,faults_sink,pg_source_disk,faults_failover,faults_failover_mysql,kafka_log \
   -- sigkill_at_random_moments postgres_restart_mid_stream mariadb_restarted_mid_stream through_cuts \
      torn_segment_tails damaged_durable_segments enospc redis_down_for_long failover_to_a_new_address \
      killed_mid_stream the_broker_restarted || rc=$?
