@@ -243,7 +243,7 @@ impl LedgerState {
 
     /// The whole format-2 file with `self` in slot 0 (sequence `generation`, at least 1)
     /// and slot 1 never written. Returns (bytes, slot size).
-    fn encode_file(&self) -> (Vec<u8>, u64) {
+    pub(crate) fn encode_file(&self) -> (Vec<u8>, u64) {
         let seq = self.generation.max(1);
         let slot = self.encode_slot(seq);
         let slot_size = (slot.len() as u64 * 2).div_ceil(BLOCK).max(1) * BLOCK;
@@ -300,7 +300,7 @@ impl LedgerState {
             let raw = bytes(bad);
             let corrupt_sequence = u64::from_be_bytes(raw[..8].try_into().unwrap_or([0; 8]));
             // Never written, or provably the older slot: nothing was lost.
-            if corrupt_sequence == 0 || corrupt_sequence + 1 == used.generation {
+            if corrupt_sequence == 0 || corrupt_sequence.checked_add(1) == Some(used.generation) {
                 return None;
             }
             Some(SlotFallback {
@@ -531,6 +531,20 @@ mod tests {
         b[BLOCK as usize + 3] ^= 1;
         b[(BLOCK + slot_size) as usize + 3] ^= 1;
         assert!(LedgerState::decode(&b).is_err());
+    }
+
+    /// Found by the `segment` fuzz target: a damaged slot whose sequence reads u64::MAX
+    /// overflowed the "is it the older slot" check (a panic with overflow checks).
+    #[test]
+    fn a_damaged_slot_with_the_largest_sequence_is_a_fallback() {
+        let (mut file, slot_size) = sample().encode_file();
+        let slot1 = (BLOCK + slot_size) as usize;
+        file[slot1..slot1 + 8].copy_from_slice(&u64::MAX.to_be_bytes());
+        file[slot1 + 8..slot1 + 12].copy_from_slice(&4u32.to_be_bytes());
+        let (state, _, fallback) = LedgerState::decode_checked(&file).unwrap();
+        assert_eq!(state, sample());
+        let f = fallback.expect("a damaged newest slot is reported");
+        assert_eq!((f.corrupt_slot, f.corrupt_sequence), (1, u64::MAX));
     }
 
     #[test]

@@ -91,6 +91,8 @@ pub mod error;
 mod external;
 mod failpoint;
 mod fsutil;
+#[doc(hidden)]
+pub mod fuzzing;
 mod groups;
 mod index;
 mod ledger;

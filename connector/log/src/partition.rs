@@ -47,7 +47,7 @@ use crate::sealed::SealedBatch;
 use crate::segment::SegmentFile;
 use crate::stage::{Stage, WriteOut, WRITE_CHUNK};
 
-mod recovery;
+pub(crate) mod recovery;
 mod refresh;
 
 /// Tests only: a hook the read-only refresh and open call between their stat of a segment

@@ -1,5 +1,5 @@
 //! The segment/batch decoder over thousands of random and mutated inputs (what the
-//! cargo-fuzz target does, bounded, so CI exercises it without nightly).
+//! `segment` fuzz target (`fuzz/`) does first, bounded, so `cargo test` exercises it).
 
 mod common;
 

@@ -45,10 +45,12 @@ use mysql_async::binlog::events::{Event, RowsEventData, TableMapEvent};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn};
+use mysql_common::constants::ColumnType;
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::{GnoInterval, Sid};
 
 use super::conn::{MySqlConnectError, MySqlEndpoint};
+use super::decode::jsonb::bin_decimal_text;
 use crate::SourceError;
 
 /// MariaDB event types `mysql_common` does not know.
@@ -60,6 +62,21 @@ pub const START_ENCRYPTION_EVENT: u8 = 164;
 /// `QUERY_COMPRESSED_EVENT` .. `DELETE_ROWS_COMPRESSED_EVENT_V1` (`log_bin_compress`).
 pub const FIRST_COMPRESSED_EVENT: u8 = 165;
 pub const LAST_COMPRESSED_EVENT: u8 = 171;
+
+/// MySQL's `TRANSACTION_PAYLOAD_EVENT` (8.0.20+, `binlog_transaction_compression = ON`):
+/// a whole transaction's events, compressed. Not decoded: the stream stops on it
+/// ([`transaction_payload_refused`]) rather than skip the changes inside.
+pub const TRANSACTION_PAYLOAD_EVENT: u8 = 40;
+
+/// The error of a [`TRANSACTION_PAYLOAD_EVENT`]. Its body is never parsed (`mysql_common`
+/// 0.35.5's parser panics on a payload shorter than its header says).
+pub fn transaction_payload_refused() -> SourceError {
+    SourceError::definite(
+        "reading the binlog",
+        "the binlog holds a compressed transaction (TRANSACTION_PAYLOAD_EVENT, binlog_transaction_compression = ON), which this connector does not decode",
+        "SET GLOBAL binlog_transaction_compression = OFF (and in my.cnf); the compressed part of the binlog cannot be captured: take a new snapshot after it",
+    )
+}
 
 /// `GTID_EVENT` flags.
 pub const FL_STANDALONE: u8 = 1;
@@ -255,7 +272,11 @@ pub fn for_each_row<'a>(
             Ok(None) => return Err(bad(format!("the table map has no type for column {i}"))),
             Err(e) => return Err(bad(format!("column {i}: {e}"))),
         };
-        types.push((t, tme.get_column_metadata(i).unwrap_or(&[])));
+        let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+        if let Err(e) = check_column_meta(t, meta) {
+            return Err(bad(format!("column {i} ({t:?}): {e}")));
+        }
+        types.push((t, meta));
     }
     let before_cols: Option<Vec<bool>> = r
         .columns_before_image()
@@ -285,9 +306,21 @@ pub fn for_each_row<'a>(
                 out.push(Some(BinlogValue::Value(mysql_common::Value::NULL)));
             } else {
                 let u = unsigned.get(i).copied().unwrap_or(false);
-                let v = buf
-                    .parse::<BinlogValue<'a>>((t, meta, u, false))
-                    .map_err(|e| bad(format!("column {i} ({t:?}): {e}")))?;
+                let v = if t == ColumnType::MYSQL_TYPE_TIME2 && matches!(meta.first(), Some(1 | 2))
+                {
+                    time2_centis(buf).ok_or_else(|| bad(format!("column {i} ({t:?}): truncated")))
+                } else if t == ColumnType::MYSQL_TYPE_NEWDECIMAL {
+                    decimal(buf, meta[0], meta[1]).map_err(|e| bad(format!("column {i}: {e}")))
+                } else if t == ColumnType::MYSQL_TYPE_DATETIME2
+                    && buf.0.first().is_some_and(|b| b & 0x80 == 0)
+                {
+                    // Its sign bit clear: before year 0, which the server never writes;
+                    // `mysql_common` 0.35.5 overflows negating such a value.
+                    Err(bad(format!("column {i} ({t:?}): a negative DATETIME")))
+                } else {
+                    buf.parse::<BinlogValue<'a>>((t, meta, u, false))
+                        .map_err(|e| bad(format!("column {i} ({t:?}): {e}")))
+                }?;
                 out.push(Some(v));
             }
         }
@@ -295,6 +328,7 @@ pub fn for_each_row<'a>(
     };
     let mut index = 0u32;
     while !buf.is_empty() {
+        let left = buf.len();
         let b = match &before_cols {
             Some(cols) => {
                 read(&mut buf, cols, before)?;
@@ -309,10 +343,100 @@ pub fn for_each_row<'a>(
             }
             None => None,
         };
+        if buf.len() == left {
+            // Images of no column: the rest would never be consumed.
+            return Err(bad(
+                "a row image of no bytes (an event without columns)".into()
+            ));
+        }
         f(index, b, a)?;
         index += 1;
     }
     Ok(())
+}
+
+/// Checks a table map's metadata of one column before `mysql_common`'s value parser reads
+/// it: that parser indexes the metadata bytes of its type unchecked and takes a
+/// DECIMAL's precision and scale as given (a short or inconsistent table map would panic
+/// there, or underflow).
+fn check_column_meta(t: ColumnType, meta: &[u8]) -> Result<(), String> {
+    use ColumnType as C;
+    let need = match t {
+        C::MYSQL_TYPE_STRING
+        | C::MYSQL_TYPE_VARCHAR
+        | C::MYSQL_TYPE_VAR_STRING
+        | C::MYSQL_TYPE_BIT
+        | C::MYSQL_TYPE_NEWDECIMAL
+        | C::MYSQL_TYPE_ENUM
+        | C::MYSQL_TYPE_SET => 2,
+        C::MYSQL_TYPE_TIMESTAMP2
+        | C::MYSQL_TYPE_DATETIME2
+        | C::MYSQL_TYPE_TIME2
+        | C::MYSQL_TYPE_TINY_BLOB
+        | C::MYSQL_TYPE_MEDIUM_BLOB
+        | C::MYSQL_TYPE_LONG_BLOB
+        | C::MYSQL_TYPE_BLOB
+        | C::MYSQL_TYPE_GEOMETRY
+        | C::MYSQL_TYPE_VECTOR => 1,
+        // A multi-valued index's element type: never a table column.
+        C::MYSQL_TYPE_TYPED_ARRAY => return Err("a typed array is not a column type".into()),
+        _ => 0,
+    };
+    if meta.len() < need {
+        return Err(format!(
+            "the table map has {} metadata bytes, the type {need}",
+            meta.len()
+        ));
+    }
+    if t == C::MYSQL_TYPE_NEWDECIMAL {
+        let (precision, scale) = (meta[0], meta[1]);
+        if !(1..=65).contains(&precision) || scale > 30 || scale > precision {
+            return Err(format!(
+                "DECIMAL({precision},{scale}) is not a valid decimal type"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A DECIMAL(`precision`, `scale`) value of a row image, as the text `mysql_common`
+/// gives (`-12.340`), decoded by [`bin_decimal_text`]: `mysql_common` 0.35.5 does not
+/// check that each digit group fits its digits (an overflow panic with overflow checks,
+/// a wrong number without). The metadata was checked by [`check_column_meta`].
+fn decimal<'a>(
+    buf: &mut ParseBuf<'_>,
+    precision: u8,
+    scale: u8,
+) -> Result<BinlogValue<'a>, String> {
+    let (p, s) = (precision as usize, scale as usize);
+    let size = |digits: usize| digits / 9 * 4 + [0, 1, 1, 2, 2, 3, 3, 4, 4, 4][digits % 9];
+    let bin = buf
+        .checked_eat(size(p - s) + size(s))
+        .ok_or("a DECIMAL value cut short")?;
+    let text = bin_decimal_text(bin, p, s)?;
+    Ok(BinlogValue::Value(mysql_common::Value::Bytes(
+        text.into_bytes(),
+    )))
+}
+
+/// A `TIME(1)` or `TIME(2)` value of a row image (`MYSQL_TYPE_TIME2`, 1 or 2 fractional
+/// digits: 3 bytes big-endian `hh:mm:ss` + 0x800000, then one byte of hundredths), read as
+/// MySQL's `my_time_packed_from_binary` does. `mysql_common` 0.35.5 holds that byte
+/// unsigned: a negative time with a fraction overflows there (a panic with overflow
+/// checks, a value 625 hours too large without).
+fn time2_centis<'a>(buf: &mut ParseBuf<'_>) -> Option<BinlogValue<'a>> {
+    let b = buf.checked_eat(4)?;
+    let mut int = i64::from(u32::from_be_bytes([0, b[0], b[1], b[2]])) - 0x80_0000;
+    let mut frac = i64::from(b[3]);
+    if int < 0 && frac > 0 {
+        // The fraction counts up from the next (less negative) second.
+        int += 1;
+        frac -= 0x100;
+    }
+    let packed = (int << 24) + frac * 10_000;
+    Some(BinlogValue::Value(
+        mysql_common::binlog::misc::time_from_packed(packed),
+    ))
 }
 
 /// An open binlog stream.
@@ -519,6 +643,165 @@ impl BinlogConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One event with the v4 header (timestamp, type, server id, size, log pos, flags).
+    fn event(ty: u8, body: &[u8]) -> Vec<u8> {
+        let mut e = 1_700_000_000u32.to_le_bytes().to_vec();
+        e.push(ty);
+        e.extend_from_slice(&1u32.to_le_bytes());
+        e.extend_from_slice(&(19 + body.len() as u32).to_le_bytes());
+        e.extend_from_slice(&[0; 6]);
+        e.extend_from_slice(body);
+        e
+    }
+
+    /// A table map of one nullable column (`ty`, `meta`) and a WRITE_ROWS v2 event whose
+    /// rows are `rows` (each: NULL bitmap, then the value), read as the stream reads them,
+    /// through [`for_each_row`]: the after images, or its error.
+    fn write_rows(
+        ty: u8,
+        meta: &[u8],
+        present: u8,
+        rows: &[u8],
+    ) -> Result<Vec<Vec<Option<BinlogValue<'static>>>>, SourceError> {
+        use mysql_common::binlog::consts::BinlogVersion;
+        use mysql_common::binlog::EventStreamReader;
+        let mut map = vec![7, 0, 0, 0, 0, 0, 1, 0, 1, b'd', 0, 1, b't', 0, 1, ty];
+        map.push(meta.len() as u8);
+        map.extend_from_slice(meta);
+        map.push(1);
+        let mut write = vec![7, 0, 0, 0, 0, 0, 1, 0, 2, 0, 1, present];
+        write.extend_from_slice(rows);
+        let mut reader = EventStreamReader::new(BinlogVersion::Version4);
+        reader.read(&event(19, &map)[..]).unwrap().unwrap();
+        let ev = reader.read(&event(30, &write)[..]).unwrap().unwrap();
+        let Some(mysql_async::binlog::events::EventData::RowsEvent(r)) = ev.read_data().unwrap()
+        else {
+            panic!("not a rows event")
+        };
+        let tme = reader.get_tme(7).unwrap();
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        let mut out = Vec::new();
+        for_each_row(&r, tme, &[], &mut before, &mut after, |_, _, a| {
+            out.push(
+                a.unwrap()
+                    .iter()
+                    .map(|v| v.clone().map(|v| v.into_owned()))
+                    .collect(),
+            );
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn value(v: mysql_common::Value) -> Vec<Vec<Option<BinlogValue<'static>>>> {
+        vec![vec![Some(BinlogValue::Value(v))]]
+    }
+
+    /// Found by the `binlog` fuzz target: `mysql_common` 0.35.5 reads a negative TIME(1)
+    /// or TIME(2) with a fraction with an unsigned fraction (an overflow panic with
+    /// overflow checks, 625 hours off without). MySQL writes -00:00:01.50 as the second
+    /// -2 (0x800000 - 2) and the fraction byte -50 (0xce).
+    #[test]
+    fn time_with_hundredths_negative_and_positive() {
+        use mysql_common::Value::Time;
+        let t2 = 19; // MYSQL_TYPE_TIME2
+        let neg = write_rows(t2, &[2], 1, &[0, 0x7f, 0xff, 0xfe, 0xce]).unwrap();
+        assert_eq!(neg, value(Time(true, 0, 0, 0, 1, 500_000)));
+        // 12:34:56.5 and -838:59:59.1 (TIME(1), at its lower limit).
+        let hms = |h: u32, m: u32, s: u32| (h << 12) | (m << 6) | s;
+        let mut pos = vec![0];
+        pos.extend_from_slice(&(0x80_0000 + hms(12, 34, 56)).to_be_bytes()[1..]);
+        pos.push(50);
+        assert_eq!(
+            write_rows(t2, &[1], 1, &pos).unwrap(),
+            value(Time(false, 0, 12, 34, 56, 500_000))
+        );
+        let mut min = vec![0];
+        min.extend_from_slice(&(0x80_0000 - hms(838, 59, 59) - 1).to_be_bytes()[1..]);
+        min.push((-10i8) as u8);
+        assert_eq!(
+            write_rows(t2, &[1], 1, &min).unwrap(),
+            value(Time(true, 34, 22, 59, 59, 100_000))
+        );
+        assert!(
+            write_rows(t2, &[2], 1, &[0, 0x80, 0, 0]).is_err(),
+            "cut short"
+        );
+    }
+
+    /// Found by the `binlog` fuzz target: `mysql_common` 0.35.5 multiplies a DECIMAL's
+    /// last digit group without checking it fits its digits (an overflow panic with
+    /// overflow checks, a wrong number without); its precision and scale are taken as
+    /// given (a scale above the precision underflows).
+    #[test]
+    fn decimals_are_checked() {
+        let dec = 246; // MYSQL_TYPE_NEWDECIMAL
+                       // DECIMAL(10,2) 123.45: 8 integer digits in 4 bytes, 2 fraction digits in 1.
+        let ok = write_rows(dec, &[10, 2], 1, &[0, 0x80, 0, 0, 0x7b, 0x2d]).unwrap();
+        assert_eq!(ok, value(mysql_common::Value::Bytes(b"123.45".to_vec())));
+        let neg = write_rows(dec, &[10, 2], 1, &[0, 0x7f, 0xff, 0xff, 0x84, 0xd2]).unwrap();
+        assert_eq!(neg, value(mysql_common::Value::Bytes(b"-123.45".to_vec())));
+        // A two-digit group holding 255; DECIMAL(65,30) with 0xff.. groups.
+        assert!(write_rows(dec, &[10, 2], 1, &[0, 0x80, 0, 0, 0x7b, 0xff]).is_err());
+        let crash = [0x80u8]
+            .iter()
+            .chain(&[0xff; 29])
+            .copied()
+            .collect::<Vec<u8>>();
+        assert!(write_rows(dec, &[65, 30], 1, &[&[0][..], &crash].concat()).is_err());
+        // Scale above precision, precision 0 or above 65.
+        for meta in [[2, 5], [0, 0], [66, 2], [40, 31]] {
+            let e = write_rows(dec, &meta, 1, &[0, 0x80, 0, 0, 0, 0]).unwrap_err();
+            assert!(e.to_string().contains("not a valid decimal"), "{e}");
+        }
+    }
+
+    /// Found by the `binlog` fuzz target: a DATETIME before year 0 (its sign bit clear),
+    /// which `mysql_common` 0.35.5 overflows negating; and metadata shorter than the
+    /// type's, which its value parser indexes unchecked.
+    #[test]
+    fn negative_datetimes_and_short_metadata_are_errors() {
+        let e = write_rows(18, &[0], 1, &[0, 0, 0, 0, 0, 0]).unwrap_err();
+        assert!(e.to_string().contains("negative DATETIME"), "{e}");
+        // 2024-02-29 23:59:59, DATETIME(0).
+        let ymd = ((2024u64 * 13 + 2) << 5) | 29;
+        let v = ((ymd << 17) | (23 << 12) | (59 << 6) | 59) + 0x80_0000_0000;
+        let ok = write_rows(18, &[0], 1, &[&[0][..], &v.to_be_bytes()[3..]].concat()).unwrap();
+        assert_eq!(
+            ok,
+            value(mysql_common::Value::Date(2024, 2, 29, 23, 59, 59, 0))
+        );
+        // VARCHAR, BIT, STRING and BLOB without their metadata bytes.
+        for ty in [15u8, 16, 254, 252, 17, 18] {
+            let e = write_rows(ty, &[], 1, &[0, 1, 2, 3, 4]).unwrap_err();
+            assert!(e.to_string().contains("metadata"), "type {ty}: {e}");
+        }
+    }
+
+    /// Found by the `binlog` fuzz target: a rows event whose column bitmap names no
+    /// column has rows of no bytes, and reading them never ended.
+    #[test]
+    fn rows_of_no_column_end_with_an_error() {
+        let e = write_rows(3, &[], 0, &[1, 2, 3]).unwrap_err();
+        assert!(e.to_string().contains("no bytes"), "{e}");
+        // The same event with the column present reads its one INT row.
+        let ok = write_rows(3, &[], 1, &[0, 1, 0, 0, 0]).unwrap();
+        assert_eq!(ok, value(mysql_common::Value::Int(1)));
+    }
+
+    /// Found by the `binlog` fuzz target: `mysql_common` 0.35.5 panics parsing a
+    /// TRANSACTION_PAYLOAD_EVENT shorter than its header says. The stream never parses
+    /// one: it stops with this error (it cannot decode the compressed changes inside).
+    #[test]
+    fn compressed_transactions_are_refused() {
+        let e = transaction_payload_refused();
+        assert!(!e.is_transient());
+        assert!(
+            e.to_string().contains("binlog_transaction_compression"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn gtid_event() {

@@ -341,6 +341,10 @@ impl State<'_> {
                     "SET GLOBAL log_bin_compress = OFF (and in my.cnf); the compressed part of the binlog cannot be captured: take a new snapshot after it",
                 ));
             }
+            binlog::TRANSACTION_PAYLOAD_EVENT => {
+                // Never handed to mysql_common's parser, which panics on a short one.
+                return Err(binlog::transaction_payload_refused());
+            }
             binlog::START_ENCRYPTION_EVENT => {
                 return Err(SourceError::definite(
                     "reading the binlog",

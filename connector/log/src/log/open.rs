@@ -272,7 +272,7 @@ impl Log {
         Log::open_once(dir, options)
     }
 
-    fn open_once(dir: &Path, options: LogOptions) -> Result<Log> {
+    pub(crate) fn open_once(dir: &Path, options: LogOptions) -> Result<Log> {
         let dir = dir.to_path_buf();
         let read_only = options.read_only;
         let td = topics_dir(&dir);

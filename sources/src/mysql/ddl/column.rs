@@ -142,6 +142,9 @@ pub(super) fn column_def(
             default_value(p)?; // ON UPDATE CURRENT_TIMESTAMP: not a default
             on_update = true;
         } else if p.eat_kw("CHECK") {
+            if !p.is_sym("(") {
+                return Err("a CHECK without its (expression)".into());
+            }
             p.skip_group();
         } else if p.eat_kw("CONSTRAINT") {
             if !p.is_kw("CHECK") {

@@ -101,8 +101,12 @@ impl<'t> P<'t> {
             self.i += 1;
         }
     }
-    /// At `(`: skips to after its matching `)`; returns the tokens inside.
+    /// At `(`: skips to after its matching `)`; returns the tokens inside. Anywhere else:
+    /// consumes nothing and returns no token.
     pub(super) fn skip_group(&mut self) -> &'t [Tok] {
+        if !self.is_sym("(") {
+            return &[];
+        }
         let start = self.i + 1;
         let mut depth = 0usize;
         while let Some(t) = self.peek() {

@@ -297,3 +297,30 @@ fn mariadb_spatial_reference_id() {
     assert_eq!(col(&s, "t", "p").data_type, "point");
     assert_eq!(col(&s, "t", "q").data_type, "geometry");
 }
+
+/// Found by the `binlog` fuzz target: a `CHECK` not followed by `(` made the group skipper
+/// count a `)` below depth 0 (an overflow panic with overflow checks; without them, the
+/// rest of the statement swallowed).
+#[test]
+fn check_without_its_expression_is_an_error_not_a_panic() {
+    for sql in [
+        "CREATE TABLE c1 (a int CHECK)",
+        "CREATE TABLE c2 (a int CHECK ), b int)",
+        "ALTER TABLE t ADD COLUMN w int CHECK )",
+    ] {
+        let mut s = schemas(Flavor::MariaDb);
+        let before = s.clone();
+        let e = s.apply_ddl(Some("d"), sql, &filter()).unwrap_err();
+        assert!(e.reason.contains("CHECK"), "{sql}: {e}");
+        assert_eq!(s, before, "{sql}: a failed statement changes nothing");
+    }
+    // A CHECK with its expression still parses.
+    let mut s = schemas(Flavor::MariaDb);
+    s.apply_ddl(
+        Some("d"),
+        "CREATE TABLE c3 (a int CHECK (a > 0))",
+        &filter(),
+    )
+    .unwrap();
+    assert_eq!(col(&s, "c3", "a").data_type, "int");
+}

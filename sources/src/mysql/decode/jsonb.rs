@@ -243,23 +243,32 @@ pub fn bin_decimal_text(bin: &[u8], precision: usize, scale: usize) -> Result<St
         pos += n;
         v
     };
+    // A group of `digits` digits: a value of more digits is not a DECIMAL the server wrote
+    // (it would print as more digits than the type has).
+    let mut group = |digits: usize, out: &mut String| -> Result<(), String> {
+        let bytes = if digits == 9 { 4 } else { DIG2BYTES[digits] };
+        let v = read(bytes);
+        if u64::from(v) >= 10u64.pow(digits as u32) {
+            return Err(format!(
+                "binary DECIMAL({precision},{scale}): a group of {digits} digits holds {v}"
+            ));
+        }
+        let _ = write!(out, "{v:0digits$}");
+        Ok(())
+    };
     let mut int_digits = String::with_capacity(intg + 1);
     if intg_rest > 0 {
-        let v = read(DIG2BYTES[intg_rest]);
-        let _ = write!(int_digits, "{v:0w$}", w = intg_rest);
+        group(intg_rest, &mut int_digits)?;
     }
     for _ in 0..intg_full {
-        let v = read(4);
-        let _ = write!(int_digits, "{v:09}");
+        group(9, &mut int_digits)?;
     }
     let mut frac_digits = String::with_capacity(scale);
     for _ in 0..frac_full {
-        let v = read(4);
-        let _ = write!(frac_digits, "{v:09}");
+        group(9, &mut frac_digits)?;
     }
     if frac_rest > 0 {
-        let v = read(DIG2BYTES[frac_rest]);
-        let _ = write!(frac_digits, "{v:0w$}", w = frac_rest);
+        group(frac_rest, &mut frac_digits)?;
     }
     let int_trimmed = int_digits.trim_start_matches('0');
     let mut out = String::with_capacity(precision + 3);

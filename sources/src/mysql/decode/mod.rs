@@ -54,9 +54,10 @@
 //! Timestamps with a fraction (TIMESTAMP(fsp)) keep `fsp` as the [`ColumnType`]
 //! precision: the encoder pads the zoned text to it, as Debezium does since DBZ-5996.
 //!
-//! Known limit of `mysql_common` 0.35.5 (not ours to fix): a negative TIME(1) or TIME(2)
-//! with a non-zero fraction overflows its parser (a panic in a debug build, a value 625 h
-//! too large in release).
+//! `mysql_common` 0.35.5's row-image parser mishandles a negative TIME(1) or TIME(2) with
+//! a non-zero fraction (a panic in a debug build, a value 625 h too large in release) and
+//! trusts DECIMAL digit groups and table-map metadata: [`crate::mysql::binlog::for_each_row`]
+//! reads those values itself and checks the metadata first.
 //!
 //! Invariants: valid data never fails here. A value the model cannot hold exactly (a
 //! zero date in `raw` mode, an unknown charset's bytes, a malformed value) becomes
