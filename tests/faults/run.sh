@@ -5,7 +5,8 @@
 #
 #   tests/faults/run.sh                 # short form (CI): 6 kills, 4 network faults, 4 damaged segments,
 #                                       # a 10 s sink outage; each database restarted once
-#   tests/faults/run.sh --long          # the report's form: 100 kills, 40 network faults per source
+#   tests/faults/run.sh --long          # the report's form: 100 kills, 40 network faults per source,
+#                                       # 10-minute outages, 10,000,000 fuzz executions per target
 #   tests/faults/run.sh --long --write  # ... and rewrite RELIABILITY.md with the figures
 #
 # KILLS, NET_FAULTS, SEGMENT_FAULTS (damaged segments per scenario: short 4, long 20),
@@ -61,6 +62,14 @@ CDC_FAULT_REPORT="$report" CDC_TEST_KILLS="$kills" MY_CRASH_KILLS="$kills" CDC_T
   -- sigkill_at_random_moments sigkill_while_streaming_the_bench postgres_restart_mid_stream mariadb_restarted_mid_stream through_cuts \
      torn_segment_tails damaged_durable_segments enospc redis_down_for_long failover_to_a_new_address \
      killed_mid_stream the_broker_restarted || rc=$?
+# Fuzzing of the decoders (pgoutput, binlog events, segments and recovery, config): the
+# short form about 1,000,000 executions in all, the long form 10,000,000 per target.
+# FUZZ=0 skips it; FUZZ_EXECS=N runs N per target instead.
+if [ "${FUZZ:-1}" != 0 ]; then
+  fuzz_args=()
+  [ "$long" = 1 ] && fuzz_args+=(--long)
+  CDC_FAULT_REPORT="$report" EXECS="${FUZZ_EXECS:-}" scripts/fuzz.sh "${fuzz_args[@]+"${fuzz_args[@]}"}" || rc=1
+fi
 elapsed=$(( $(date +%s) - t0 ))
 args=(--mode "$mode" --kills "$kills" --net "$net" --started "$started" --seconds "$elapsed"
       --command "tests/faults/run.sh $*")
