@@ -92,6 +92,11 @@ impl Decimal {
     }
 }
 
+/// The most an exponent (`1e…`) may move the decimal point when a text is parsed: past
+/// every database's decimal range (Postgres numeric: 131072 digits before the point,
+/// 16383 after).
+const MAX_EXPONENT_SHIFT: i64 = 200_000;
+
 impl FromStr for Decimal {
     type Err = ParseDecimalError;
 
@@ -135,7 +140,14 @@ impl FromStr for Decimal {
         if neg {
             unscaled = -unscaled;
         }
-        let mut scale = frac_part.len() as i64 - exp;
+        // An exponent moves the point: never by more than any database's decimal can hold
+        // (Postgres: 131072 digits before the point, 16383 after; MySQL: 65), so that a
+        // short text cannot ask for millions of digits (`5e11515524` took seconds and
+        // megabytes; a larger exponent wrapped in `as u32`).
+        let mut scale = (frac_part.len() as i64).checked_sub(exp).ok_or_else(err)?;
+        if !(-MAX_EXPONENT_SHIFT..=MAX_EXPONENT_SHIFT + frac_part.len() as i64).contains(&scale) {
+            return Err(err());
+        }
         if scale < 0 {
             unscaled *= BigInt::from(10u32).pow((-scale) as u32);
             scale = 0;
@@ -182,6 +194,26 @@ mod tests {
 
     fn rt(s: &str) -> String {
         s.parse::<Decimal>().unwrap().to_string()
+    }
+
+    /// Found by the `pgoutput` fuzz target: a short text with a huge exponent asked for
+    /// millions of digits (seconds of work), a larger one wrapped in `as u32`.
+    #[test]
+    fn exponents_beyond_any_decimal_are_refused() {
+        for s in [
+            "5e11515524",
+            "1e5000000000",
+            "1e-5000000000",
+            "1e200001",
+            "1.5e-200002",
+            "1e-9223372036854775808",
+        ] {
+            assert!(s.parse::<Decimal>().is_err(), "{s}");
+        }
+        assert_eq!(rt("1e3"), "1000");
+        assert_eq!(rt("1.5e-3"), "0.0015");
+        let big = "1e131072".parse::<Decimal>().unwrap().to_string();
+        assert_eq!(big.len(), 131073);
     }
 
     #[test]
