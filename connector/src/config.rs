@@ -156,6 +156,9 @@ pub enum ConfigError {
     },
 }
 
+/// The deepest key an environment override may name (`CDC_A__B__C__…`).
+const MAX_ENV_KEY_DEPTH: usize = 8;
+
 /// The environment variable prefix.
 pub const ENV_PREFIX: &str = "CDC_";
 
@@ -239,6 +242,17 @@ impl Config {
                 continue;
             }
             let key = rest.to_ascii_lowercase().replace("__", ".");
+            // The configuration nests a few levels (`SINK__0__URL`); a key of thousands of
+            // levels built as deep a table, and the recursion over it overflowed the stack
+            // (found by the `config` fuzz target).
+            let depth = key.split('.').count();
+            if depth > MAX_ENV_KEY_DEPTH {
+                return Err(ConfigError::Invalid {
+                    origin: format!("environment variable {var}"),
+                    key: key.chars().take(80).collect(),
+                    message: format!("the name nests {depth} levels; configuration keys nest at most {MAX_ENV_KEY_DEPTH} (SECTION__KEY, SECTION__INDEX__KEY)"),
+                });
+            }
             let (value, as_string) = literal_or_string(&raw);
             set_path(&mut table, &key, value).map_err(|message| ConfigError::Invalid {
                 origin: format!("environment variable {var}"),
@@ -579,6 +593,17 @@ listen = "127.0.0.1:8083"
         };
         assert_eq!(pg.slot(), "cdc_inventory");
         assert_eq!(c.admin.listen.port(), 8083);
+    }
+
+    /// Found by the `config` fuzz target: an override nesting thousands of levels
+    /// overflowed the stack (a segmentation fault) instead of being refused.
+    #[test]
+    fn an_environment_key_nesting_too_deep_is_refused() {
+        let var = format!("CDC_SOURCE__{}Y", "X__".repeat(5000));
+        let e = load(GOOD, &[(var.as_str(), "1")]).unwrap_err().to_string();
+        assert!(e.contains("nests 5002 levels"), "{e}");
+        // The real keys still work.
+        load(GOOD, &[("CDC_LOG__PARTITIONS", "3")]).unwrap();
     }
 
     #[test]
