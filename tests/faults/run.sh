@@ -49,8 +49,11 @@ kafka_kills=${KAFKA_KILLS:-$([ "$long" = 1 ] && echo 30 || echo 5)}
 broker_outage=${BROKER_OUTAGE_SECS:-$([ "$long" = 1 ] && echo 600 || echo 3)}
 bulk=${BULK_CHANGES:-$([ "$long" = 1 ] && echo 1000000 || echo 100000)}
 mode=$([ "$long" = 1 ] && echo long || echo short)
-report=$(mktemp /tmp/cdc-faults-XXXXXX.jsonl)
-trap 'rm -f "$report"' EXIT
+# The scenario and fuzzing lines, kept for re-rendering (`tests/faults/report.py --markdown
+# < target/fault-report.jsonl`).
+mkdir -p target
+report=$PWD/target/fault-report.jsonl
+: >"$report"
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 t0=$(date +%s)
 rc=0
@@ -71,8 +74,10 @@ if [ "${FUZZ:-1}" != 0 ]; then
   CDC_FAULT_REPORT="$report" EXECS="${FUZZ_EXECS:-}" scripts/fuzz.sh "${fuzz_args[@]+"${fuzz_args[@]}"}" || rc=1
 fi
 elapsed=$(( $(date +%s) - t0 ))
+# The exact command: the size overrides it ran with, then the script and its arguments.
+overrides=$(env | grep -E '^(KILLS|NET_FAULTS|SEGMENT_FAULTS|SINK_OUTAGE_SECS|FAILOVERS|KAFKA_KILLS|BROKER_OUTAGE_SECS|BULK_CHANGES|FUZZ|FUZZ_EXECS)=' | sort | tr '\n' ' ' || true)
 args=(--mode "$mode" --kills "$kills" --net "$net" --started "$started" --seconds "$elapsed"
-      --command "tests/faults/run.sh $*")
+      --command "${overrides}tests/faults/run.sh $*")
 python3 tests/faults/report.py "${args[@]}" <"$report"
 if [ "$write" = 1 ]; then
   # Rendered before the file is replaced: the report names the commit, clean or not.

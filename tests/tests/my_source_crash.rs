@@ -590,7 +590,10 @@ async fn sigkill_at_random_moments_every_change_exactly_once() {
     }
     let committed = load.finish().await;
     let recovering = Instant::now();
-    c.start();
+    // Still running when every kill fell inside the snapshot (KILLS=1).
+    if kills > snapshot_kills {
+        c.start();
+    }
     converge_all(&mut c, &mut tail, my, &db, seed).await;
     let recovered = recovering.elapsed();
     eprintln!("{:?}: converged", t0.elapsed());
@@ -609,7 +612,7 @@ async fn sigkill_at_random_moments_every_change_exactly_once() {
     );
     let resumes = count_in_output(&c, "resuming from the stored position");
     assert!(
-        resumes > 0,
+        resumes > 0 || kills == snapshot_kills,
         "seed {seed:#x}: never resumed from a stored position"
     );
     // The suite's figures, per table (keys repeat across tables).
