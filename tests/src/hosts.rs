@@ -31,11 +31,11 @@ impl HostsEntry {
         &self.name
     }
 
-    /// Points the name at `ip` (rewrites the file in place: it may be a bind mount).
+    /// Points the name at `ip`.
     pub fn set(&self, ip: Ipv4Addr) -> std::io::Result<()> {
         let mut text = self.others()?;
         text.push_str(&format!("{ip} {} # cdc-harness\n", self.name));
-        std::fs::write(HOSTS, text)
+        replace_hosts(&text)
     }
 
     /// The file without this entry's lines.
@@ -55,7 +55,19 @@ impl HostsEntry {
 impl Drop for HostsEntry {
     fn drop(&mut self) {
         if let Ok(text) = self.others() {
-            let _ = std::fs::write(HOSTS, text);
+            let _ = replace_hosts(&text);
         }
     }
+}
+
+/// Replaces the file by a rename, so that another test's lookup (`localhost`) never reads
+/// it half written; in place where a rename cannot replace it (a bind mount).
+fn replace_hosts(text: &str) -> std::io::Result<()> {
+    let tmp = format!("{HOSTS}.cdc-harness-{}", std::process::id());
+    std::fs::write(&tmp, text)?;
+    if std::fs::rename(&tmp, HOSTS).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        std::fs::write(HOSTS, text)?;
+    }
+    Ok(())
 }
