@@ -18,8 +18,6 @@
 mod pg_source_util;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdc_harness::{passwords, FaultProxy, HostsEntry, PgOptions, PgServer};
@@ -67,16 +65,7 @@ async fn postgres_failover_to_a_new_address_loses_nothing() {
     c.start();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
         .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let w = tokio::spawn(workload(
-        pg,
-        db.clone(),
-        200,
-        stop.clone(),
-        0x3c6ef372fe94f82b,
-        done.clone(),
-    ));
+    let w = Running::start(pg, &db, 200, 0x3c6ef372fe94f82b);
     let mut rng = Rng(0xa54ff53a5f1d36f1);
     let mut max_retained = 0i64;
     for i in 1..=n {
@@ -96,8 +85,7 @@ async fn postgres_failover_to_a_new_address_loses_nothing() {
     }
     // Streaming again through the last address before the workload stops.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    w.await.unwrap();
+    let transactions = w.finish().await;
     let recovering = Instant::now();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(90))
         .await;
@@ -112,7 +100,7 @@ async fn postgres_failover_to_a_new_address_loses_nothing() {
     cdc_harness::faults::Run {
         scenario: "Postgres: failover-like restart, the server back at a new address under the same host name".into(),
         faults: n.into(),
-        transactions: Some(done.load(Ordering::Relaxed)),
+        transactions: Some(transactions),
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,

@@ -10,8 +10,6 @@
 
 mod pg_source_util;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdc_harness::faults::inject;
@@ -46,16 +44,7 @@ async fn postgres_through_cuts_stalls_slowness_and_a_black_hole() {
     c.start();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
         .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let w = tokio::spawn(workload(
-        pg,
-        db.clone(),
-        200,
-        stop.clone(),
-        0x2545f4914f6cdd1d,
-        done.clone(),
-    ));
+    let w = Running::start(pg, &db, 200, 0x2545f4914f6cdd1d);
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let mut max_retained = 0i64;
     let mut kinds = Vec::new();
@@ -66,8 +55,7 @@ async fn postgres_through_cuts_stalls_slowness_and_a_black_hole() {
         max_retained = max_retained.max(retained_wal(pg, &db).await.unwrap_or(0));
         c.assert_running();
     }
-    stop.store(true, Ordering::Relaxed);
-    w.await.unwrap();
+    let transactions = w.finish().await;
     let recovering = Instant::now();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(90))
         .await;
@@ -86,7 +74,7 @@ async fn postgres_through_cuts_stalls_slowness_and_a_black_hole() {
     cdc_harness::faults::Run {
         scenario: "Postgres: network cut / stalled / slowed / black-holed (TCP proxy)".into(),
         faults: n.into(),
-        transactions: Some(done.load(Ordering::Relaxed)),
+        transactions: Some(transactions),
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,

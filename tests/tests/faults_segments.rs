@@ -19,8 +19,6 @@ mod pg_source_util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdc_harness::PgServer;
@@ -115,16 +113,7 @@ async fn torn_segment_tails_after_sigkill_are_cut_and_nothing_is_lost() {
     let n = faults();
     let pg = PgServer::shared();
     let (db, _dir, mut c) = setup(pg).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let w = tokio::spawn(workload(
-        pg,
-        db.clone(),
-        200,
-        stop.clone(),
-        0x5851f42d4c957f2d,
-        done.clone(),
-    ));
+    let w = Running::start(pg, &db, 200, 0x5851f42d4c957f2d);
     let mut rng = Rng(0xd1b54a32d192ed03);
     let mut max_retained = 0i64;
     let mut kinds = Vec::new();
@@ -136,8 +125,7 @@ async fn torn_segment_tails_after_sigkill_are_cut_and_nothing_is_lost() {
         kinds.extend(tear(&c.log_dir(), &mut rng));
         max_retained = max_retained.max(retained_wal(pg, &db).await.unwrap_or(0));
     }
-    stop.store(true, Ordering::Relaxed);
-    w.await.unwrap();
+    let transactions = w.finish().await;
     let recovering = Instant::now();
     c.start();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
@@ -160,7 +148,7 @@ async fn torn_segment_tails_after_sigkill_are_cut_and_nothing_is_lost() {
         scenario: "Postgres: torn segment tails after SIGKILL (half batch, stale batch, garbage)"
             .into(),
         faults: n.into(),
-        transactions: Some(done.load(Ordering::Relaxed)),
+        transactions: Some(transactions),
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
@@ -228,16 +216,7 @@ async fn damaged_durable_segments_are_found_repaired_and_snapshotted_again() {
     let n = faults();
     let pg = PgServer::shared();
     let (db, _dir, mut c) = setup(pg).await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let w = tokio::spawn(workload(
-        pg,
-        db.clone(),
-        200,
-        stop.clone(),
-        0x2127599bf4325c37,
-        done.clone(),
-    ));
+    let w = Running::start(pg, &db, 200, 0x2127599bf4325c37);
     let mut rng = Rng(0x9fb21c651e98df25);
     let mut max_retained = 0i64;
     let mut refused = 0;
@@ -282,8 +261,7 @@ async fn damaged_durable_segments_are_found_repaired_and_snapshotted_again() {
         assert_eq!(code, Some(0), "intact after repair\n{stdout}{stderr}");
         c.start();
     }
-    stop.store(true, Ordering::Relaxed);
-    w.await.unwrap();
+    let transactions = w.finish().await;
     let recovering = Instant::now();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(90))
         .await;
@@ -302,7 +280,7 @@ async fn damaged_durable_segments_are_found_repaired_and_snapshotted_again() {
     cdc_harness::faults::Run {
         scenario: "Postgres: durable segments damaged while stopped (bit flip, truncation): found by `cdc log verify`, cut by `cdc log repair`, snapshotted again".into(),
         faults: n.into(),
-        transactions: Some(done.load(Ordering::Relaxed)),
+        transactions: Some(transactions),
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,

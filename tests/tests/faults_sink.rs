@@ -9,8 +9,6 @@
 
 mod pg_source_util;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdc_harness::{passwords, PgServer, RedisOptions, RedisServer};
@@ -60,16 +58,7 @@ async fn redis_down_for_long_holds_no_wal_and_the_view_catches_up() {
     c.start();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
         .await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let w = tokio::spawn(workload(
-        pg,
-        db.clone(),
-        200,
-        stop.clone(),
-        0x6a09e667f3bcc909,
-        done.clone(),
-    ));
+    let w = Running::start(pg, &db, 200, 0x6a09e667f3bcc909);
     tokio::time::sleep(Duration::from_secs(1)).await;
     redis.stop_for_now().unwrap();
     let (_, lsn_at_stop) = wal_since(pg, None).await;
@@ -91,8 +80,7 @@ async fn redis_down_for_long_holds_no_wal_and_the_view_catches_up() {
     let (written, _) = wal_since(pg, Some(&lsn_at_stop)).await;
     redis.start_again().unwrap();
     let back = Instant::now();
-    stop.store(true, Ordering::Relaxed);
-    w.await.unwrap();
+    let transactions = w.finish().await;
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
         .await;
     // Caught up: the sink delivers again (after its backoff) and its group has no lag.
@@ -117,7 +105,7 @@ async fn redis_down_for_long_holds_no_wal_and_the_view_catches_up() {
     eprintln!(
         "Redis down {} s: {} transactions, {written} bytes of WAL written meanwhile, at most {max_retained} retained; caught up {:.1} s after Redis came back",
         down.as_secs(),
-        done.load(Ordering::Relaxed),
+        transactions,
         recovered.as_secs_f64()
     );
     assert!(lag_seen, "/status showed the sink's lag during the outage");
@@ -134,7 +122,7 @@ async fn redis_down_for_long_holds_no_wal_and_the_view_catches_up() {
             down.as_secs()
         ),
         faults: 1,
-        transactions: Some(done.load(Ordering::Relaxed)),
+        transactions: Some(transactions),
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,

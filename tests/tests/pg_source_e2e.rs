@@ -8,8 +8,6 @@
 mod pg_source_util;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use cdc_harness::PgServer;
@@ -127,16 +125,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         "connector dir (kept if this test fails): {}",
         dir.path().display()
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let w = tokio::spawn(workload(
-        pg,
-        db.clone(),
-        200,
-        stop.clone(),
-        0x9e3779b97f4a7c15,
-        done.clone(),
-    ));
+    let w = Running::start(pg, &db, 200, 0x9e3779b97f4a7c15);
     let mut rng = Rng(12345);
     let mut max_retained = 0i64;
     for _ in 0..kills {
@@ -147,8 +136,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         c.kill();
         max_retained = max_retained.max(retained_wal(pg, &db).await.unwrap_or(0));
     }
-    stop.store(true, Ordering::Relaxed);
-    w.await.unwrap();
+    let transactions = w.finish().await;
     let recovering = std::time::Instant::now();
     c.start();
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
@@ -165,7 +153,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
     cdc_harness::faults::Run {
         scenario: "Postgres: SIGKILL of cdc run at random moments, restarted".into(),
         faults: kills.into(),
-        transactions: Some(done.load(Ordering::Relaxed)),
+        transactions: Some(transactions),
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
@@ -175,7 +163,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
     dir.disable_cleanup(false);
     eprintln!(
         "{kills} SIGKILLs, {} transactions committed, {n} change records checked",
-        done.load(Ordering::Relaxed)
+        transactions
     );
 }
 
@@ -188,21 +176,11 @@ async fn snapshot_with_concurrent_writes(connections: usize) {
         &["public.acct"],
         &format!("[snapshot]\nconnections = {connections}\nchunk_pages = 16\n"),
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let w = tokio::spawn(workload(
-        pg,
-        db.clone(),
-        30_000,
-        stop.clone(),
-        77 + connections as u64,
-        done.clone(),
-    ));
+    let w = Running::start(pg, &db, 30_000, 77 + connections as u64);
     tokio::time::sleep(Duration::from_millis(100)).await;
     c.start();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    stop.store(true, Ordering::Relaxed);
-    w.await.unwrap();
+    let transactions = w.finish().await;
     c.converge(pg, &db, "acct", ACCT_TOPIC, Duration::from_secs(60))
         .await;
     assert_eq!(c.stop(), Some(0), "{}", c.output());
@@ -228,7 +206,7 @@ async fn snapshot_with_concurrent_writes(connections: usize) {
     assert_eq!(markers, ["first", "last"], "{markers:?}");
     eprintln!(
         "{connections} connections: {reads} snapshot rows, {} concurrent transactions",
-        done.load(Ordering::Relaxed)
+        transactions
     );
 }
 

@@ -526,6 +526,37 @@ impl Rng {
     }
 }
 
+/// The version-chain [`workload`] running in the background, as the fault scenarios run it.
+pub struct Running {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Starts [`workload`] on `db` (new ids after `first_id`), seeded with `seed`.
+    pub fn start(pg: &'static PgServer, db: &str, first_id: i64, seed: u64) -> Running {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let task = tokio::spawn(workload(
+            pg,
+            db.to_string(),
+            first_id,
+            stop.clone(),
+            seed,
+            done.clone(),
+        ));
+        Running { stop, done, task }
+    }
+
+    /// Stops it; the number of transactions it committed.
+    pub async fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        self.done.load(Ordering::Relaxed)
+    }
+}
+
 /// Random transactions: updates (v = v + 1), inserts of new ids, deletes. Returns the
 /// number of committed transactions when `stop` is set.
 pub async fn workload(
