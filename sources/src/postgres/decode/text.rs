@@ -530,7 +530,7 @@ pub fn parse_array(s: &str, elem: &ValueKind, delim: u8) -> Result<Value, ValueE
     }
     let b = body.as_bytes();
     let mut pos = 0;
-    let v = parse_array_level(body, b, &mut pos, elem, delim, s)?;
+    let v = parse_array_level(body, b, &mut pos, elem, delim, s, 1)?;
     if pos != b.len() {
         return Err(err("array", s, "trailing characters after '}'"));
     }
@@ -548,6 +548,9 @@ pub fn parse_array(s: &str, elem: &ValueKind, delim: u8) -> Result<Value, ValueE
     Ok(v)
 }
 
+/// Postgres' MAXDIM.
+const MAX_ARRAY_DIMENSIONS: usize = 6;
+
 fn parse_array_level(
     body: &str,
     b: &[u8],
@@ -555,10 +558,15 @@ fn parse_array_level(
     elem: &ValueKind,
     delim: u8,
     whole: &str,
+    dim: usize,
 ) -> Result<Value, ValueError> {
     let bad = |why: &str| err("array", whole, why.to_string());
     if b.get(*pos) != Some(&b'{') {
         return Err(bad("expected '{'"));
+    }
+    // Postgres' own limit (MAXDIM): no server sends more, and the recursion stays shallow.
+    if dim > MAX_ARRAY_DIMENSIONS {
+        return Err(bad("more than 6 dimensions (Postgres' limit)"));
     }
     *pos += 1;
     let mut items = Vec::new();
@@ -568,7 +576,15 @@ fn parse_array_level(
     }
     loop {
         match b.get(*pos) {
-            Some(b'{') => items.push(parse_array_level(body, b, pos, elem, delim, whole)?),
+            Some(b'{') => items.push(parse_array_level(
+                body,
+                b,
+                pos,
+                elem,
+                delim,
+                whole,
+                dim + 1,
+            )?),
             Some(b'"') => {
                 let text = parse_quoted(b, pos).ok_or_else(|| bad("unterminated quotes"))?;
                 items.push(parse_str(elem, &text)?);
@@ -1013,6 +1029,21 @@ mod tests {
         for bad in ["", "{", "{1,2", "{1}x", "{\"a}", "1,2"] {
             assert!(parse_array(bad, &ints, b',').is_err(), "{bad}");
         }
+    }
+
+    /// Postgres stores at most 6 dimensions (MAXDIM); deeper nesting only comes from a
+    /// damaged or hostile input and must be an error, not a recursion that overflows the
+    /// stack (found by the pgoutput fuzz target: 16,000 '{').
+    #[test]
+    fn array_nesting_is_bounded() {
+        let ints = ValueKind::Int32;
+        let six = format!("{}1{}", "{".repeat(6), "}".repeat(6));
+        assert!(parse_array(&six, &ints, b',').is_ok());
+        let seven = format!("{}1{}", "{".repeat(7), "}".repeat(7));
+        let e = parse_array(&seven, &ints, b',').unwrap_err().to_string();
+        assert!(e.contains("dimensions"), "{e}");
+        let deep = "{".repeat(1_000_000);
+        assert!(parse_array(&deep, &ints, b',').is_err());
     }
 
     #[test]
