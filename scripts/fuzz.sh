@@ -13,6 +13,11 @@
 #                                    over edges); regression-* inputs (ones that crashed
 #                                    before a fix) are always kept
 #
+# Seeds: the short form runs with a fixed libFuzzer seed (FUZZ_SEED, default 1), so the
+# same commit explores the same inputs and a failing CI run is reproduced exactly by
+# running this script again; --long (and FUZZ_SEED=0) draws a random seed per run, which
+# is where new ground is covered. Every run starts from the committed corpus.
+#
 # Per input: -timeout (FUZZ_TIMEOUT, default 1 s) and -rss_limit_mb (FUZZ_RSS_MB, default
 # 2048). New inputs go to fuzz/target/found/<t>/, never into the committed corpus. A crash,
 # hang or out-of-memory input is written to fuzz/artifacts/<t>/ and its path printed; the
@@ -90,6 +95,7 @@ if [ "$minimize" = 1 ]; then
   exit 0
 fi
 
+if [ "$mode" = short ]; then seed=${FUZZ_SEED:-1}; else seed=${FUZZ_SEED:-0}; fi
 failed=0
 total=0
 for t in "${targets[@]}"; do
@@ -105,7 +111,7 @@ for t in "${targets[@]}"; do
   t0=$(date +%s.%N)
   set +e
   # found/ first: libFuzzer adds new inputs to its first corpus directory.
-  "$BIN/$t" -runs="$runs" -timeout="${FUZZ_TIMEOUT:-1}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" \
+  "$BIN/$t" -runs="$runs" -seed="$seed" -timeout="${FUZZ_TIMEOUT:-1}" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" \
     -max_len="$(max_len "$t")" -print_final_stats=1 -artifact_prefix="$artifacts/" \
     "$found" "fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
@@ -117,13 +123,14 @@ for t in "${targets[@]}"; do
   crashes=$(( $(ls "$artifacts" | wc -l) - before ))
   if [ "$rc" != 0 ] && [ "$crashes" = 0 ]; then crashes=1; fi
   corpus=$(cat <(ls "fuzz/corpus/$t") <(ls "$found") | sort -u | wc -l)
-  printf '%-9s %10s executions in %6s s, %d crashes, corpus %d files\n' "$t" "$execs" "$secs" "$crashes" "$corpus"
+  used_seed=$(sed -n 's/^INFO: Seed: //p' "$log" | head -1)
+  printf '%-9s %10s executions in %6s s, %d crashes, corpus %d files (seed %s)\n' "$t" "$execs" "$secs" "$crashes" "$corpus" "$used_seed"
   if [ "$crashes" != 0 ]; then
     failed=1
     grep -E "^(==[0-9]+== ERROR|SUMMARY|thread '.*' panicked|ERROR:)" "$log" | head -5 | sed 's/^/    /'
     for f in $(ls -t "$artifacts" | head -n "$crashes"); do echo "    crashing input: $ROOT/$artifacts/$f"; done
     [ "$(ls "$artifacts" | wc -l)" -gt "$before" ] || echo "    (libFuzzer exited $rc without an artifact; see $ROOT/$log)"
-    echo "    reproduce: $BIN/$t <input>   (log: $ROOT/$log)"
+    echo "    reproduce: $BIN/$t <input>   (log: $ROOT/$log; the run: FUZZ_SEED=$used_seed EXECS=$runs scripts/fuzz.sh $t)"
   fi
   if [ -n "${CDC_FAULT_REPORT:-}" ]; then
     printf '{"fuzz": "%s", "executions": %d, "crashes": %d, "seconds": %.1f, "corpus_files": %d}\n' \
