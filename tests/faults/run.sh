@@ -12,19 +12,21 @@
 # KILLS, NET_FAULTS, SEGMENT_FAULTS (damaged segments per scenario: short 4, long 20),
 # FAILOVERS (short 3, long 20), SINK_OUTAGE_SECS (short 10, long 600), KAFKA_KILLS (short 5,
 # long 30), BROKER_OUTAGE_SECS (short 3, long 600) and BULK_CHANGES (the bench-shaped
-# workload the Postgres kills also run under: short 100,000, long 1,000,000) override the sizes. Scenarios: SIGKILL of `cdc run`
+# workload the kills also run under: short 100,000, long 1,000,000) override the sizes. Scenarios: SIGKILL of `cdc run`
 # at random moments (Postgres; MariaDB inside the snapshot and while streaming), the
 # database server restarted mid-stream (Postgres fast and immediate shutdown; MariaDB), a
 # failover-like restart (Postgres, MariaDB: back at a new address under the same host name:
 # needs root),
-# SIGKILLs while Postgres streams the bench's workload shape (transactions of 1,000 rows),
+# SIGKILLs while Postgres and MariaDB stream the bench's workload shape (transactions of
+# 1,000 rows; MariaDB's on a server of its own with rotating, expiring binlogs: binlog behind
+# and margin reported),
 # network faults through a TCP proxy the suite starts (cut, stall, slow, and a black hole
 # longer than the connector's silence limit), torn segment tails after a SIGKILL, durable
 # segments damaged while stopped (found by `cdc log verify`, cut by `cdc log repair`,
 # snapshotted again), the log's file system full (a tmpfs: needs root), a Redis sink's
 # target down while the source writes, and Kafka as the log: SIGKILLs with and without
 # transactions (duplicates counted, not failed, without them) and the broker down. Each is a test of the suite (tests/tests/
-# faults_bulk.rs, pg_source_e2e.rs, pg_source_resilience.rs, my_source_crash.rs, my_source_e2e.rs,
+# faults_bulk.rs, faults_bulk_mysql.rs, pg_source_e2e.rs, pg_source_resilience.rs, my_source_crash.rs, my_source_e2e.rs,
 # faults_network.rs, faults_network_mysql.rs, faults_segments.rs, pg_source_disk.rs,
 # faults_sink.rs, faults_failover.rs, faults_failover_mysql.rs, kafka_log.rs) that checks, at the end, that the table rebuilt from the log (and the
 # sink's view, with `cdc verify --sink`) equals the database and that every key's history
@@ -61,7 +63,7 @@ CDC_FAULT_REPORT="$report" CDC_TEST_KILLS="$kills" MY_CRASH_KILLS="$kills" CDC_T
   CDC_TEST_SEGMENT_FAULTS="$segfaults" CDC_TEST_SINK_OUTAGE_SECS="$outage" CDC_TEST_FAILOVERS="$failovers" \
   CDC_TEST_KAFKA_KILLS="$kafka_kills" CDC_TEST_BROKER_OUTAGE_SECS="$broker_outage" CDC_TEST_BULK_CHANGES="$bulk" \
   python3 scripts/run-tests.py \
-  --only faults_bulk,pg_source_e2e,pg_source_resilience,my_source_crash,my_source_e2e,faults_network,faults_network_mysql,faults_segments,faults_sink,pg_source_disk,faults_failover,faults_failover_mysql,kafka_log \
+  --only faults_bulk,faults_bulk_mysql,pg_source_e2e,pg_source_resilience,my_source_crash,my_source_e2e,faults_network,faults_network_mysql,faults_segments,faults_sink,pg_source_disk,faults_failover,faults_failover_mysql,kafka_log \
   -- sigkill_at_random_moments sigkill_while_streaming_the_bench postgres_restart_mid_stream mariadb_restarted_mid_stream through_cuts \
      torn_segment_tails damaged_durable_segments enospc redis_down_for_long failover_to_a_new_address \
      killed_mid_stream the_broker_restarted || rc=$?

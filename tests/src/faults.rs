@@ -91,6 +91,13 @@ pub struct Run {
     pub tally: Tally,
     /// Postgres: the most WAL the slot retained at the moments the scenario looked.
     pub max_retained_wal_bytes: Option<i64>,
+    /// MariaDB: the most binlog the connector's durable position was behind the server's
+    /// head (`cdc_mysql_binlog_behind_bytes`) at the moments the scenario looked.
+    pub max_binlog_behind_bytes: Option<i64>,
+    /// MariaDB: the lowest `cdc_mysql_binlog_margin_seconds` seen (the server may purge the
+    /// file holding the connector's position after this long), when the server expires
+    /// binlogs and the file's age is known.
+    pub min_binlog_margin_seconds: Option<f64>,
     /// From the last fault (or restart) to the log equal to the database.
     pub recovery: std::time::Duration,
 }
@@ -126,6 +133,8 @@ impl Run {
             "duplicated": self.tally.duplicated,
             "reordered": self.tally.reordered,
             "max_retained_wal_bytes": self.max_retained_wal_bytes,
+            "max_binlog_behind_bytes": self.max_binlog_behind_bytes,
+            "min_binlog_margin_seconds": self.min_binlog_margin_seconds,
             "recovery_seconds": self.recovery.as_secs_f64(),
         }));
     }
@@ -198,6 +207,110 @@ pub fn report(figures: Json) {
     writeln!(f, "{figures}").expect("writing the fault report");
 }
 
+/// The bench-shaped workload of the bulk scenarios (`faults_bulk*.rs`): ids `1..=rows`
+/// inserted, the first `updated` of them updated once, the rest deleted. Each key's ops
+/// (`c`, `u`, `d`) in log order, read from `topic` of the log at `log_dir` (a key is in
+/// one partition); index 0 unused, ids beyond `rows` ignored.
+#[cfg(feature = "e2e")]
+pub fn bulk_histories(log_dir: &std::path::Path, topic: &str, rows: u64) -> Vec<Vec<u8>> {
+    use cdc_log::{Log, StartAt};
+    let mut h = vec![Vec::new(); rows as usize + 1];
+    let Ok(log) = Log::open_read_only(log_dir) else {
+        return h;
+    };
+    let Ok(d) = log.describe(topic) else {
+        return h;
+    };
+    for p in 0..d.partitions.len() as u32 {
+        let mut r = log.reader(topic, p, StartAt::Earliest).unwrap();
+        loop {
+            let batch = r.poll(8 << 20).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for rec in batch {
+                let (Some(k), Some(v)) = (rec.key, rec.value) else {
+                    continue; // a tombstone
+                };
+                let (Some(id), Some(op)) = (key_id(&k), op_of(&v)) else {
+                    continue;
+                };
+                if let Some(slot) = h.get_mut(id as usize) {
+                    slot.push(op);
+                }
+            }
+        }
+    }
+    h
+}
+
+/// The id in a JSON key `{"id":N}`, without parsing it.
+fn key_id(k: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(k).ok()?;
+    let digits: String = s.chars().filter(|c| c.is_ascii_digit()).collect();
+    digits.parse().ok()
+}
+
+/// The `op` of a change record's JSON value (`"op":"c"`), without parsing the whole value.
+fn op_of(v: &[u8]) -> Option<u8> {
+    let pat = b"\"op\":\"";
+    v.windows(pat.len())
+        .position(|w| w == pat)
+        .and_then(|i| v.get(i + pat.len()).copied())
+}
+
+/// The ops key `id` of the bulk workload must have, in this order.
+fn bulk_wanted(id: u64, updated: u64) -> &'static [u8] {
+    if id <= updated {
+        b"cu"
+    } else {
+        b"cd"
+    }
+}
+
+/// Every key of the bulk workload has all its ops (duplicates and order aside): the log
+/// has drained the workload.
+pub fn bulk_complete(h: &[Vec<u8>], updated: u64) -> bool {
+    h.iter().enumerate().skip(1).all(|(id, ops)| {
+        bulk_wanted(id as u64, updated)
+            .iter()
+            .all(|w| ops.contains(w))
+    })
+}
+
+/// Counts, per key of the bulk workload, the ops missing, repeated and out of order
+/// (of the first copies).
+pub fn bulk_tally(h: &[Vec<u8>], updated: u64) -> Tally {
+    let mut tally = Tally::default();
+    for (id, ops) in h.iter().enumerate().skip(1) {
+        let want = bulk_wanted(id as u64, updated);
+        tally.changes += ops.len() as u64;
+        let mut firsts: Vec<u8> = Vec::new();
+        for &o in ops {
+            if firsts.contains(&o) {
+                tally.duplicated += 1;
+            } else {
+                firsts.push(o);
+            }
+        }
+        tally.lost += want.iter().filter(|w| !firsts.contains(w)).count() as u64;
+        let kept: Vec<u8> = firsts
+            .iter()
+            .copied()
+            .filter(|o| want.contains(o))
+            .collect();
+        let wanted: Vec<u8> = want
+            .iter()
+            .copied()
+            .filter(|o| firsts.contains(o))
+            .collect();
+        if kept != wanted {
+            tally.reordered += 1;
+        }
+    }
+    tally
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +347,31 @@ mod tests {
             ("a", "u", Some(10)),
         ]);
         assert_eq!((x.lost, x.duplicated, x.reordered), (3, 2, 1), "{x:?}");
+    }
+
+    #[test]
+    fn bulk_tally_counts_missing_repeated_and_reordered() {
+        // ids 1, 2 updated; 3, 4 deleted.
+        let h = vec![
+            vec![],
+            b"cu".to_vec(),
+            b"cuu".to_vec(),
+            b"dc".to_vec(),
+            b"c".to_vec(),
+        ];
+        assert!(!bulk_complete(&h, 2));
+        let t = bulk_tally(&h, 2);
+        assert_eq!(
+            t,
+            Tally {
+                changes: 8,
+                lost: 1,
+                duplicated: 1,
+                reordered: 1
+            }
+        );
+        let done = vec![vec![], b"cu".to_vec(), b"cd".to_vec()];
+        assert!(bulk_complete(&done, 1));
+        assert!(bulk_tally(&done, 1).is_clean());
     }
 }

@@ -16,7 +16,6 @@ mod pg_source_util;
 use std::time::{Duration, Instant};
 
 use cdc_harness::PgServer;
-use cdc_log::{Log, StartAt};
 use pg_source_util::*;
 
 const TOPIC: &str = "t.public.orders";
@@ -26,48 +25,6 @@ fn env(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(default)
-}
-
-/// The id in a key `{"id":N}`.
-fn key_id(k: &[u8]) -> Option<u64> {
-    let s = std::str::from_utf8(k).ok()?;
-    let digits: String = s.chars().filter(|c| c.is_ascii_digit()).collect();
-    digits.parse().ok()
-}
-
-/// The `op` of a change record's value (`"op":"c"`), without parsing the whole value.
-fn op_of(v: &[u8]) -> Option<u8> {
-    let pat = b"\"op\":\"";
-    v.windows(pat.len())
-        .position(|w| w == pat)
-        .and_then(|i| v.get(i + pat.len()).copied())
-}
-
-/// Each key's ops in log order (a key is in one partition).
-fn histories(log_dir: &std::path::Path, rows: u64) -> Vec<Vec<u8>> {
-    let log = Log::open_read_only(log_dir).unwrap();
-    let parts = log.describe(TOPIC).unwrap().partitions.len() as u32;
-    let mut h = vec![Vec::new(); rows as usize + 1];
-    for p in 0..parts {
-        let mut r = log.reader(TOPIC, p, StartAt::Earliest).unwrap();
-        loop {
-            let batch = r.poll(8 << 20).unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for rec in batch {
-                let (Some(k), Some(v)) = (rec.key, rec.value) else {
-                    continue; // a tombstone
-                };
-                let id = key_id(&k).unwrap() as usize;
-                let op = op_of(&v).unwrap();
-                if let Some(slot) = h.get_mut(id) {
-                    slot.push(op);
-                }
-            }
-        }
-    }
-    h
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -186,34 +143,8 @@ async fn sigkill_while_streaming_the_bench_workload_loses_nothing() {
         "one snapshot, before the workload\n{}",
         c.output()
     );
-    let h = histories(&c.log_dir(), rows);
-    let mut tally = cdc_harness::faults::Tally::default();
-    for (id, ops) in h.iter().enumerate().skip(1) {
-        let want: &[u8] = if (id as u64) <= updated { b"cu" } else { b"cd" };
-        tally.changes += ops.len() as u64;
-        let mut firsts: Vec<u8> = Vec::new();
-        for &o in ops {
-            if firsts.contains(&o) {
-                tally.duplicated += 1;
-            } else {
-                firsts.push(o);
-            }
-        }
-        tally.lost += want.iter().filter(|w| !firsts.contains(w)).count() as u64;
-        let kept: Vec<u8> = firsts
-            .iter()
-            .copied()
-            .filter(|o| want.contains(o))
-            .collect();
-        let wanted: Vec<u8> = want
-            .iter()
-            .copied()
-            .filter(|o| firsts.contains(o))
-            .collect();
-        if kept != wanted {
-            tally.reordered += 1;
-        }
-    }
+    let h = cdc_harness::faults::bulk_histories(&c.log_dir(), TOPIC, rows);
+    let tally = cdc_harness::faults::bulk_tally(&h, updated);
     eprintln!(
         "{kills} SIGKILLs during {expected} changes in {transactions} transactions; drained {:.1} s after the workload; {tally:?}",
         recovered.as_secs_f64()
@@ -227,6 +158,7 @@ async fn sigkill_while_streaming_the_bench_workload_loses_nothing() {
         tally,
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     drop_slot(pg, &db).await;

@@ -104,6 +104,7 @@ async fn postgres_failover_to_a_new_address_loses_nothing() {
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     drop_slot(pg, &db).await;

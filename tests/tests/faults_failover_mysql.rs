@@ -92,6 +92,7 @@ async fn mariadb_failover_to_a_new_address_loses_nothing() {
         tally: cdc_harness::faults::tally(&recs),
         max_retained_wal_bytes: None,
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     check_histories(&recs).unwrap();

@@ -78,6 +78,7 @@ async fn postgres_through_cuts_stalls_slowness_and_a_black_hole() {
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     assert!(proxy.connections() > 2, "the faults made it reconnect");

@@ -61,6 +61,7 @@ async fn mariadb_through_cuts_stalls_slowness_and_a_black_hole() {
         tally: cdc_harness::faults::tally(&recs),
         max_retained_wal_bytes: None,
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     check_histories(&recs).unwrap();

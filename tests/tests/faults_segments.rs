@@ -152,6 +152,7 @@ async fn torn_segment_tails_after_sigkill_are_cut_and_nothing_is_lost() {
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     drop_slot(pg, &db).await;
@@ -284,6 +285,7 @@ async fn damaged_durable_segments_are_found_repaired_and_snapshotted_again() {
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     drop_slot(pg, &db).await;

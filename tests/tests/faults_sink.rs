@@ -126,6 +126,7 @@ async fn redis_down_for_long_holds_no_wal_and_the_view_catches_up() {
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     drop_slot(pg, &db).await;

@@ -489,6 +489,7 @@ async fn killed_mid_stream(transactions: bool) {
         tally,
         max_retained_wal_bytes: None,
         recovery: recovered,
+        ..Default::default()
     };
     if transactions {
         run.report_and_check();
@@ -613,6 +614,7 @@ async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() 
         },
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     assert_eq!(keys.len(), rows, "every row once\n{}", kc.output());

@@ -629,6 +629,7 @@ async fn sigkill_at_random_moments_every_change_exactly_once() {
         tally: t,
         max_retained_wal_bytes: None,
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     dir.disable_cleanup(false);

@@ -271,6 +271,7 @@ async fn mariadb_restarted_mid_stream() {
         tally: cdc_harness::faults::tally(&recs),
         max_retained_wal_bytes: None,
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     assert_eq!(c.stop(), Some(0), "{}", c.output());

@@ -484,6 +484,7 @@ async fn enospc_scenario(
         },
         max_retained_wal_bytes: retained,
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     assert_each_once(&ids, rows);

@@ -157,6 +157,7 @@ async fn sigkill_at_random_moments_loses_and_duplicates_nothing() {
         tally: tally(&recs),
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     drop_slot(pg, &db).await;

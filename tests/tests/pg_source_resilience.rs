@@ -74,6 +74,7 @@ async fn restart_mid_stream(immediate: bool) {
         tally: tally(&recs),
         max_retained_wal_bytes: retained_wal(pg, &db).await,
         recovery: recovered,
+        ..Default::default()
     }
     .report_and_check();
     drop_slot(pg, &db).await;
