@@ -156,5 +156,5 @@ purge the file holding that position (`cdc_mysql_binlog_margin_seconds`): a day 
 oldest unacknowledged file's age. The other MariaDB scenarios run on a shared server that
 never expires binlogs, where neither figure is sampled.
 
-Not yet in the suite: a Typesense or Elasticsearch sink's outage (the Redis one is the
-scenario).""")
+Sink outages: Redis and Typesense (the search sinks' delivery code is shared with
+Elasticsearch, whose target here is an emulator: its outage is not a scenario).""")

@@ -23,8 +23,8 @@
 # network faults through a TCP proxy the suite starts (cut, stall, slow, and a black hole
 # longer than the connector's silence limit), torn segment tails after a SIGKILL, durable
 # segments damaged while stopped (found by `cdc log verify`, cut by `cdc log repair`,
-# snapshotted again), the log's file system full (a tmpfs: needs root), a Redis sink's
-# target down while the source writes, and Kafka as the log: SIGKILLs with and without
+# snapshotted again), the log's file system full (a tmpfs: needs root), a Redis and a
+# Typesense sink's target down while the source writes, and Kafka as the log: SIGKILLs with and without
 # transactions (duplicates counted, not failed, without them) and the broker down. Each is a test of the suite (tests/tests/
 # faults_bulk.rs, faults_bulk_mysql.rs, pg_source_e2e.rs, pg_source_resilience.rs, my_source_crash.rs, my_source_e2e.rs,
 # faults_network.rs, faults_network_mysql.rs, faults_segments.rs, pg_source_disk.rs,
@@ -65,7 +65,7 @@ CDC_FAULT_REPORT="$report" CDC_TEST_KILLS="$kills" MY_CRASH_KILLS="$kills" CDC_T
   python3 scripts/run-tests.py \
   --only faults_bulk,faults_bulk_mysql,pg_source_e2e,pg_source_resilience,my_source_crash,my_source_e2e,faults_network,faults_network_mysql,faults_segments,faults_sink,pg_source_disk,faults_failover,faults_failover_mysql,kafka_log \
   -- sigkill_at_random_moments sigkill_while_streaming_the_bench postgres_restart_mid_stream mariadb_restarted_mid_stream through_cuts \
-     torn_segment_tails damaged_durable_segments enospc redis_down_for_long failover_to_a_new_address \
+     torn_segment_tails damaged_durable_segments enospc down_for_long_holds_no_wal failover_to_a_new_address \
      killed_mid_stream the_broker_restarted || rc=$?
 # Fuzzing of the decoders (pgoutput, binlog events, segments and recovery, config): the
 # short form about 1,000,000 executions in all, the long form 10,000,000 per target.

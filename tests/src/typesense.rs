@@ -149,7 +149,43 @@ fn dechunk(mut rest: &str) -> String {
 /// A running throwaway Typesense. Dropping it stops the server and deletes its directory.
 pub struct TypesenseServer {
     inst: Arc<Instance>,
+    bin: PathBuf,
     port: u16,
+    peering: u16,
+}
+
+/// Starts `bin` in `inst` on `port` / `peering` with the instance's data directory; false
+/// when it exited before it was healthy (a port clash).
+fn spawn_server(inst: &Instance, bin: &Path, port: u16, peering: u16) -> Result<bool> {
+    let dir = inst.dir().to_path_buf();
+    let data = dir.join("data");
+    fs::create_dir_all(&data)?;
+    let log_path = dir.join("typesense.log");
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let mut cmd = Command::new(bin);
+    cmd.current_dir(&dir)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["--api-key", TYPESENSE_API_KEY])
+        .args(["--api-address", "127.0.0.1"])
+        .args(["--api-port", &port.to_string()])
+        .args(["--peering-address", "127.0.0.1"])
+        .args(["--peering-port", &peering.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    inst.set_child(process::spawn(cmd)?);
+    // Healthy only once it is the leader of its one-node cluster.
+    process::wait_ready(
+        inst,
+        "typesense-server",
+        &log_path,
+        START_TIMEOUT,
+        || matches!(get(port, "/health"), Some((200, b)) if b.contains("true")),
+    )
 }
 
 impl TypesenseServer {
@@ -157,43 +193,36 @@ impl TypesenseServer {
     pub fn start() -> Result<TypesenseServer> {
         let bin = typesense_bin()?;
         let inst = Instance::create("typesense", None, libc::SIGTERM)?;
-        let dir = inst.dir().to_path_buf();
-        let data = dir.join("data");
-        fs::create_dir_all(&data)?;
-        let log_path = dir.join("typesense.log");
         for _ in 0..PORT_ATTEMPTS {
             let port = process::free_port()?;
             let peering = process::free_port()?;
-            let log = fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&log_path)?;
-            let mut cmd = Command::new(&bin);
-            cmd.current_dir(&dir)
-                .arg("--data-dir")
-                .arg(&data)
-                .args(["--api-key", TYPESENSE_API_KEY])
-                .args(["--api-address", "127.0.0.1"])
-                .args(["--api-port", &port.to_string()])
-                .args(["--peering-address", "127.0.0.1"])
-                .args(["--peering-port", &peering.to_string()])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone()?)
-                .stderr(log);
-            inst.set_child(process::spawn(cmd)?);
-            // Healthy only once it is the leader of its one-node cluster.
-            if process::wait_ready(
-                &inst,
-                "typesense-server",
-                &log_path,
-                START_TIMEOUT,
-                || matches!(get(port, "/health"), Some((200, b)) if b.contains("true")),
-            )? {
-                return Ok(TypesenseServer { inst, port });
+            if spawn_server(&inst, &bin, port, peering)? {
+                return Ok(TypesenseServer {
+                    inst,
+                    bin,
+                    port,
+                    peering,
+                });
             }
         }
         let _ = inst.shutdown();
         bail!("Typesense: port clash {PORT_ATTEMPTS} times in a row")
+    }
+
+    /// Stops the server (SIGTERM: it writes its state to its data directory) and keeps
+    /// its directory, for [`TypesenseServer::start_again`].
+    pub fn stop_for_now(&self) -> Result<()> {
+        self.inst
+            .stop_process(Some(libc::SIGTERM), Duration::from_secs(60))
+    }
+
+    /// Starts the stopped server again on its ports, from its data directory; returns
+    /// once it is healthy (it replays its state first).
+    pub fn start_again(&self) -> Result<()> {
+        if !spawn_server(&self.inst, &self.bin, self.port, self.peering)? {
+            bail!("Typesense restart: port {} was taken meanwhile", self.port);
+        }
+        Ok(())
     }
 
     pub fn port(&self) -> u16 {
