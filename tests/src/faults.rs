@@ -244,6 +244,15 @@ pub fn bulk_histories(log_dir: &std::path::Path, topic: &str, rows: u64) -> Vec<
     h
 }
 
+/// How many snapshots the connector's output at `log` says it completed (both sources
+/// log "snapshot complete"): a bulk scenario's kills must never cause a second one.
+pub fn snapshots_logged(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .matches("snapshot complete")
+        .count()
+}
+
 /// The id in a JSON key `{"id":N}`, without parsing it.
 fn key_id(k: &[u8]) -> Option<u64> {
     let s = std::str::from_utf8(k).ok()?;
