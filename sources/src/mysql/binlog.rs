@@ -50,7 +50,7 @@ use mysql_common::io::ParseBuf;
 use mysql_common::packets::{GnoInterval, Sid};
 
 use super::conn::{MySqlConnectError, MySqlEndpoint};
-use super::decode::jsonb::bin_decimal_text;
+use super::decode::jsonb::{bin_decimal_text, check_shape};
 use crate::SourceError;
 
 /// MariaDB event types `mysql_common` does not know.
@@ -76,6 +76,39 @@ pub fn transaction_payload_refused() -> SourceError {
         "the binlog holds a compressed transaction (TRANSACTION_PAYLOAD_EVENT, binlog_transaction_compression = ON), which this connector does not decode",
         "SET GLOBAL binlog_transaction_compression = OFF (and in my.cnf); the compressed part of the binlog cannot be captured: take a new snapshot after it",
     )
+}
+
+/// Rows events: `WRITE/UPDATE/DELETE_ROWS_EVENT_V1` (23-25), `_V2` (30-32, with extra
+/// data after the post-header) and MySQL's `PARTIAL_UPDATE_ROWS_EVENT` (39, v2 layout).
+pub fn is_rows_event(ty: u8) -> bool {
+    matches!(ty, 23..=25 | 30..=32 | 39)
+}
+
+/// Checks what `mysql_common` 0.35.5 would overflow on before it parses a rows event
+/// (`data`: the body after the common header): a column count so near `u64::MAX` that
+/// its bitmap's length `(n + 7) / 8` overflows (a panic with overflow checks, a slice out
+/// of range later without). No server writes one; the table map's count is bounded by
+/// the bytes that follow it, this one is not.
+pub fn check_rows_event(ty: u8, data: &[u8]) -> Result<(), String> {
+    // Post-header: table id (6 bytes), flags (u16); v2: extra data length (u16, itself
+    // included) and the extra data.
+    let mut at = 8;
+    if matches!(ty, 30..=32 | 39) {
+        let Some(extra) = data.get(8..10) else {
+            return Ok(());
+        };
+        at += (u16::from_le_bytes([extra[0], extra[1]]) as usize).max(2);
+    }
+    // The column count, a length-encoded integer: only the 8-byte form (0xfe) can be
+    // that large.
+    if data.get(at) == Some(&0xfe) {
+        if let Some(n) = u64_at(data, at + 1) {
+            if (n as usize).checked_add(7).is_none() {
+                return Err(format!("a rows event with {n} columns"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `GTID_EVENT` flags.
@@ -318,6 +351,18 @@ pub fn for_each_row<'a>(
                     // `mysql_common` 0.35.5 overflows negating such a value.
                     Err(bad(format!("column {i} ({t:?}): a negative DATETIME")))
                 } else {
+                    if t == ColumnType::MYSQL_TYPE_JSON {
+                        // Its length (u32), then the document: only a tree may reach the
+                        // text renderer, which follows offsets as they are.
+                        let len = buf
+                            .0
+                            .get(..4)
+                            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                        if let Some(doc) = len.and_then(|n| buf.0.get(4..4 + n as usize)) {
+                            check_shape(doc)
+                                .map_err(|e| bad(format!("column {i} ({t:?}): binary JSON {e}")))?;
+                        }
+                    }
                     buf.parse::<BinlogValue<'a>>((t, meta, u, false))
                         .map_err(|e| bad(format!("column {i} ({t:?}): {e}")))
                 }?;
@@ -781,6 +826,56 @@ mod tests {
 
     /// Found by the `binlog` fuzz target: a rows event whose column bitmap names no
     /// column has rows of no bytes, and reading them never ended.
+    /// A column count near `u64::MAX` overflows `mysql_common`'s bitmap length (the binlog
+    /// fuzz target's crash): refused before it is parsed; ordinary counts pass.
+    #[test]
+    fn rows_events_with_overflowing_column_counts_are_refused() {
+        let mut v2 = vec![7, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0xfe];
+        v2.extend_from_slice(&[0xff; 8]);
+        assert!(check_rows_event(30, &v2).unwrap_err().contains("columns"));
+        let mut v1 = vec![7, 0, 0, 0, 0, 0, 1, 0, 0xfe];
+        v1.extend_from_slice(&(u64::MAX - 3).to_le_bytes());
+        assert!(check_rows_event(23, &v1).is_err());
+        // v2 with 4 bytes of extra data, then 3 columns; a large but not overflowing count.
+        check_rows_event(31, &[7, 0, 0, 0, 0, 0, 1, 0, 6, 0, 9, 9, 9, 9, 3, 0xff]).unwrap();
+        let mut big = vec![7, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0xfe];
+        big.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        check_rows_event(32, &big).unwrap();
+        check_rows_event(30, &[7, 0]).unwrap();
+        assert!(is_rows_event(25) && is_rows_event(39) && !is_rows_event(19));
+    }
+
+    /// A JSON value whose entries point at the same bytes (a DAG: its text doubles with
+    /// each level) is refused by the row decoder before anything renders it.
+    #[test]
+    fn json_values_that_are_not_trees_are_refused() {
+        let mut body = vec![0x00, 0x00, 0x04, 0x00];
+        for _ in 0..40 {
+            let mut a = vec![0x02, 0x00, 0x00, 0x00, 0x02, 0x0a, 0x00, 0x02, 0x0a, 0x00];
+            a.extend_from_slice(&body);
+            let n = a.len() as u16;
+            a[2..4].copy_from_slice(&n.to_le_bytes());
+            body = a;
+        }
+        let mut doc = vec![0x02];
+        doc.extend_from_slice(&body);
+        let mut row = vec![0u8];
+        row.extend_from_slice(&(doc.len() as u32).to_le_bytes());
+        row.extend_from_slice(&doc);
+        let e = write_rows(245, &[4], 1, &row).unwrap_err();
+        assert!(e.to_string().contains("not a tree"), "{e}");
+        // A tree: [[], []].
+        let doc = [
+            0x02, 0x02, 0x00, 0x12, 0x00, 0x02, 0x0a, 0x00, 0x02, 0x0e, 0x00, 0x00, 0x00, 0x04,
+            0x00, 0x00, 0x00, 0x04, 0x00,
+        ];
+        let mut row = vec![0u8];
+        row.extend_from_slice(&(doc.len() as u32).to_le_bytes());
+        row.extend_from_slice(&doc);
+        let rows = write_rows(245, &[4], 1, &row).unwrap();
+        assert_eq!(rows.len(), 1);
+    }
+
     #[test]
     fn rows_of_no_column_end_with_an_error() {
         let e = write_rows(3, &[], 0, &[1, 2, 3]).unwrap_err();

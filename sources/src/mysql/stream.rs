@@ -356,6 +356,15 @@ impl State<'_> {
             | binlog::BINLOG_CHECKPOINT_EVENT
             | binlog::ANNOTATE_ROWS_EVENT => {}
             _ => {
+                if binlog::is_rows_event(ty) {
+                    binlog::check_rows_event(ty, ev.data()).map_err(|e| {
+                        SourceError::definite(
+                            "decoding a binlog event",
+                            format!("event type {ty} at {}:{}: {e}", self.file, self.next_pos),
+                            "report this as a bug",
+                        )
+                    })?;
+                }
                 let data = ev.read_data().map_err(|e| {
                     SourceError::definite(
                         "decoding a binlog event",

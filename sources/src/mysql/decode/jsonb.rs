@@ -13,7 +13,11 @@
 //!
 //! Invariant: [`to_text`] is total on anything `mysql_common` hands over: a malformed
 //! document (which MySQL would not write) gives `Err` with a description, and the caller
-//! keeps it as [`Value::raw`].
+//! keeps it as [`Value::raw`]. Its work is bounded by the document's size only for a
+//! tree: `mysql_common` follows offsets as they are, so entries pointing at the same
+//! bytes make a document whose text doubles with each level. The row decoder checks each
+//! document's shape on its raw bytes first ([`check_shape`]: every value reached at most
+//! once per byte, nesting at most MySQL's 100 levels), so only trees reach [`to_text`].
 //!
 //! [`Value::Json`]: cdc_schemas::Value::Json
 //! [`Value::raw`]: cdc_schemas::Value::raw
@@ -23,15 +27,92 @@ use std::fmt::Write as _;
 use mysql_async::binlog::jsonb;
 use mysql_async::consts::ColumnType;
 
+/// MySQL's own limit on a JSON document's nesting (`JSON_DOCUMENT_MAX_DEPTH`): deeper
+/// documents are refused on write, so none is in a binlog.
+pub const MAX_DEPTH: usize = 100;
+
+/// Checks the shape of a binary JSON document, `doc` being a JSON column's bytes (type
+/// byte, then the value): nesting at most [`MAX_DEPTH`] levels, and no value reached twice
+/// (offsets of two entries pointing at the same bytes, which no server writes). In a tree
+/// every value but the root has an entry of at least 3 bytes of its own, so a walk that
+/// reaches more values than `doc` has bytes is not over a tree: it stops there, so the
+/// check's work is bounded by the document's size. Other malformations (a size past the
+/// end, a bad type) are left to the parser, which reports them.
+pub fn check_shape(doc: &[u8]) -> Result<(), String> {
+    let Some((&t, value)) = doc.split_first() else {
+        return Ok(());
+    };
+    let mut budget = doc.len();
+    walk(t, value, 0, &mut budget)
+}
+
+fn walk(t: u8, data: &[u8], depth: usize, budget: &mut usize) -> Result<(), String> {
+    *budget = budget.checked_sub(1).ok_or_else(|| {
+        "entries of the document point at the same values (it is not a tree)".to_string()
+    })?;
+    // 0x00 small object, 0x01 large object, 0x02 small array, 0x03 large array.
+    if t > 0x03 {
+        return Ok(());
+    }
+    if depth >= MAX_DEPTH {
+        return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+    }
+    let large = t & 1 == 1;
+    let object = t < 0x02;
+    let osz = if large { 4 } else { 2 };
+    let read = |at: usize| -> Option<usize> {
+        let b = data.get(at..at + osz)?;
+        Some(if large {
+            u32::from_le_bytes(b.try_into().ok()?) as usize
+        } else {
+            u16::from_le_bytes(b.try_into().ok()?) as usize
+        })
+    };
+    let (Some(count), Some(size)) = (read(0), read(osz)) else {
+        return Ok(());
+    };
+    let Some(body) = data.get(..size) else {
+        return Ok(());
+    };
+    // Value entries follow the header and, in an object, the key entries (offset, u16 length).
+    let entries = 2 * osz + if object { count * (osz + 2) } else { 0 };
+    for i in 0..count {
+        let e = entries + i * (1 + osz);
+        let Some(&vt) = body.get(e) else {
+            return Ok(());
+        };
+        // Literals and 16-bit integers (and 32-bit ones in a large container) are inline.
+        let inline = matches!(vt, 0x04..=0x06) || (large && matches!(vt, 0x07 | 0x08));
+        if inline {
+            continue;
+        }
+        let off = {
+            let b = body.get(e + 1..e + 1 + osz);
+            match b {
+                Some(b) if large => u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize,
+                Some(b) => u16::from_le_bytes(b.try_into().unwrap_or_default()) as usize,
+                None => return Ok(()),
+            }
+        };
+        if let Some(child) = body.get(off..) {
+            walk(vt, child, depth + 1, budget)?;
+        }
+    }
+    Ok(())
+}
+
 /// The MySQL text of a binary JSON document.
 pub fn to_text(v: &jsonb::Value<'_>) -> Result<String, String> {
     let mut out = String::with_capacity(64);
-    write_value(v, &mut out)?;
+    write_value(v, &mut out, 0)?;
     Ok(out)
 }
 
-fn write_value(v: &jsonb::Value<'_>, out: &mut String) -> Result<(), String> {
+fn write_value(v: &jsonb::Value<'_>, out: &mut String, depth: usize) -> Result<(), String> {
     use jsonb::Value as J;
+    if depth >= MAX_DEPTH && v.element_count().is_some() {
+        return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+    }
     match v {
         J::Null => out.push_str("null"),
         J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -46,10 +127,10 @@ fn write_value(v: &jsonb::Value<'_>, out: &mut String) -> Result<(), String> {
         J::F64(x) => push_double(out, *x),
         J::String(s) => push_string(out, s.str_raw())?,
         // Small and large containers differ only in the width of their offsets.
-        J::SmallArray(a) => write_array(a.iter(), out)?,
-        J::LargeArray(a) => write_array(a.iter(), out)?,
-        J::SmallObject(o) => write_object(o.iter(), out)?,
-        J::LargeObject(o) => write_object(o.iter(), out)?,
+        J::SmallArray(a) => write_array(a.iter(), out, depth)?,
+        J::LargeArray(a) => write_array(a.iter(), out, depth)?,
+        J::SmallObject(o) => write_object(o.iter(), out, depth)?,
+        J::LargeObject(o) => write_object(o.iter(), out, depth)?,
         J::Opaque(o) => push_opaque(out, o.value_type(), o.data_raw())?,
     }
     Ok(())
@@ -59,13 +140,14 @@ fn write_value(v: &jsonb::Value<'_>, out: &mut String) -> Result<(), String> {
 fn write_array<'a>(
     elems: impl Iterator<Item = std::io::Result<jsonb::Value<'a>>>,
     out: &mut String,
+    depth: usize,
 ) -> Result<(), String> {
     out.push('[');
     for (i, e) in elems.enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        write_value(&e.map_err(|e| e.to_string())?, out)?;
+        write_value(&e.map_err(|e| e.to_string())?, out, depth + 1)?;
     }
     out.push(']');
     Ok(())
@@ -75,6 +157,7 @@ fn write_array<'a>(
 fn write_object<'a>(
     members: impl Iterator<Item = std::io::Result<(jsonb::ObjectKey<'a>, jsonb::Value<'a>)>>,
     out: &mut String,
+    depth: usize,
 ) -> Result<(), String> {
     out.push('{');
     for (i, e) in members.enumerate() {
@@ -84,7 +167,7 @@ fn write_object<'a>(
         }
         push_string(out, k.value_raw())?;
         out.push_str(": ");
-        write_value(&v, out)?;
+        write_value(&v, out, depth + 1)?;
     }
     out.push('}');
     Ok(())
@@ -331,6 +414,66 @@ mod tests {
             text(b"\x0c\x09a\"b\\c\n\x01\xc3\xa9"),
             r#""a\"b\\c\n\u0001é""#
         );
+    }
+
+    /// Nested arrays: `levels` small arrays, each one element, the innermost `[]`.
+    fn nested(levels: usize) -> Vec<u8> {
+        let mut body = vec![0x00, 0x00, 0x04, 0x00];
+        for _ in 1..levels {
+            let mut a = vec![0x01, 0x00, 0x00, 0x00, 0x02, 0x07, 0x00];
+            a.extend_from_slice(&body);
+            let n = a.len() as u16;
+            a[2..4].copy_from_slice(&n.to_le_bytes());
+            body = a;
+        }
+        let mut doc = vec![0x02];
+        doc.extend_from_slice(&body);
+        doc
+    }
+
+    /// MySQL refuses documents nested deeper than 100 levels: deeper is an error, never a
+    /// recursion as deep as the input allows.
+    #[test]
+    fn nesting_is_bounded() {
+        let doc = nested(100);
+        check_shape(&doc).unwrap();
+        assert_eq!(to_text(&parse(&doc)).unwrap().matches('[').count(), 100);
+        let doc = nested(101);
+        assert!(check_shape(&doc).unwrap_err().contains("deeper than 100"));
+        assert!(to_text(&parse(&doc))
+            .unwrap_err()
+            .contains("deeper than 100"));
+    }
+
+    /// Entries pointing at the same bytes make a DAG whose text doubles with each level
+    /// (40 levels: a terabyte): the shape check stops after as many values as the
+    /// document has bytes (the binlog fuzz target's crash).
+    #[test]
+    fn shared_values_are_refused() {
+        // Each level: an array of two entries, both pointing at the next level.
+        let mut body = vec![0x00, 0x00, 0x04, 0x00];
+        for _ in 0..40 {
+            let mut a = vec![0x02, 0x00, 0x00, 0x00, 0x02, 0x0a, 0x00, 0x02, 0x0a, 0x00];
+            a.extend_from_slice(&body);
+            let n = a.len() as u16;
+            a[2..4].copy_from_slice(&n.to_le_bytes());
+            body = a;
+        }
+        let mut doc = vec![0x02];
+        doc.extend_from_slice(&body);
+        let e = check_shape(&doc).unwrap_err();
+        assert!(e.contains("not a tree"), "{e}");
+        // A tree of the same kind passes: two entries at their own offsets.
+        let leaf = [0x00, 0x00, 0x04, 0x00];
+        let mut a = vec![0x02, 0x00, 0x00, 0x00, 0x02, 0x0a, 0x00, 0x02, 0x0e, 0x00];
+        a.extend_from_slice(&leaf);
+        a.extend_from_slice(&leaf);
+        let n = a.len() as u16;
+        a[2..4].copy_from_slice(&n.to_le_bytes());
+        let mut doc = vec![0x02];
+        doc.extend_from_slice(&a);
+        check_shape(&doc).unwrap();
+        assert_eq!(text(&doc), "[[], []]");
     }
 
     #[test]
