@@ -112,6 +112,12 @@ pub struct SourceContext {
     pub durable: Durable,
     /// Where to resume: the checkpoint stored with the last durable records, if any.
     pub resume_from: Option<Checkpoint>,
+    /// The furthest checkpoint an earlier attempt of this process made durable (and so
+    /// may have confirmed to the server), if any. `resume_from` behind it means the log
+    /// lost commits it had acknowledged: a source whose server keeps our position (a
+    /// Postgres slot) must not simply resume, as the server will not send those changes
+    /// again.
+    pub acknowledged: Option<Checkpoint>,
     /// Becomes `true` when the connector shuts down.
     pub shutdown: watch::Receiver<bool>,
     /// Where the source registers its own figures (exported on the admin `/metrics`).

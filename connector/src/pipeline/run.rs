@@ -307,6 +307,9 @@ pub async fn run(config: Config) -> ExitCode {
     let hidden = super::hidden::HiddenValues::new(&metrics);
     let mut backoff = Duration::from_millis(500);
     let mut said_waiting = false;
+    // The furthest checkpoint any attempt made durable: a source checks the next
+    // attempt's stored position against it (a log that lost acknowledged commits).
+    let mut acknowledged: Option<Checkpoint> = None;
     let code = loop {
         let started = Instant::now();
         // The source's spill files, counted against the log's disk budget.
@@ -390,6 +393,7 @@ pub async fn run(config: Config) -> ExitCode {
             batches: btx,
             durable,
             resume_from,
+            acknowledged: acknowledged.clone(),
             shutdown: shutdown.clone(),
             metrics: metrics.clone(),
             progress: snapshot_progress.clone(),
@@ -422,6 +426,9 @@ pub async fn run(config: Config) -> ExitCode {
             reconciled_deletes = stats.reconciled_deletes,
             "pipeline stopped"
         );
+        if stats.last_durable.is_some() {
+            acknowledged = stats.last_durable.clone();
+        }
         // This run is over: recycled segments are cut to their flushed bytes, so the next
         // open has no stale tail to cut and report; unflushed appends are discarded, as
         // dropping the log would.

@@ -7,7 +7,7 @@
 //! position the log still needs — that decision is the source's, in `source.rs`, and is
 //! logged.
 
-use cdc_schemas::TableId;
+use cdc_schemas::{Lsn, TableId};
 
 use super::config::PgSourceConfig;
 use super::replication::quote_ident;
@@ -18,6 +18,8 @@ pub(super) struct SlotRow {
     pub(super) plugin: Option<String>,
     pub(super) database: Option<String>,
     pub(super) wal_status: Option<String>,
+    /// Where the slot streams from: everything before it was confirmed by a client.
+    pub(super) confirmed_flush_lsn: Option<Lsn>,
 }
 
 pub(super) async fn slot_row(
@@ -26,7 +28,7 @@ pub(super) async fn slot_row(
 ) -> Result<Option<SlotRow>, SourceError> {
     let rows = client
         .query(
-            "SELECT plugin::text, database::text, to_jsonb(s)->>'wal_status' FROM pg_replication_slots s WHERE slot_name = $1",
+            "SELECT plugin::text, database::text, to_jsonb(s)->>'wal_status', confirmed_flush_lsn::text FROM pg_replication_slots s WHERE slot_name = $1",
             &[&slot],
         )
         .await
@@ -35,6 +37,7 @@ pub(super) async fn slot_row(
         plugin: r.get(0),
         database: r.get(1),
         wal_status: r.get(2),
+        confirmed_flush_lsn: r.get::<_, Option<String>>(3).and_then(|l| l.parse().ok()),
     }))
 }
 

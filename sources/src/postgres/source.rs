@@ -92,6 +92,23 @@ pub(super) fn pg_position(p: &SourcePosition) -> Option<PgPosition> {
     }
 }
 
+/// `Some((acknowledged lsn, confirmed lsn))` when the log went back below what the slot
+/// already confirmed: the stored position is behind both the furthest one this process
+/// made durable (`acknowledged`) and the slot's `confirmed_flush_lsn`. The changes between
+/// were in the log and the server will not send them again. A stored position behind the
+/// slot alone is not enough: on a quiet database the slot is confirmed past the last
+/// commit (stream_task's idle confirmation), with nothing lost.
+pub(super) fn log_went_back(
+    acknowledged: Option<&Checkpoint>,
+    stored: Option<&PgPosition>,
+    confirmed: Option<Lsn>,
+) -> Option<(Lsn, Lsn)> {
+    let acked = pos_of(acknowledged)?.lsn;
+    let at = stored?.lsn;
+    let confirmed = confirmed?;
+    (acked > at && confirmed > at).then_some((acked, confirmed))
+}
+
 async fn run(cfg: PgSourceConfig, mut ctx: SourceContext) -> Result<(), SourceError> {
     let client = cfg
         .endpoint
@@ -120,6 +137,27 @@ async fn run(cfg: PgSourceConfig, mut ctx: SourceContext) -> Result<(), SourceEr
         .map(|s| s.wal_status.as_deref() == Some("lost"))
         .unwrap_or(false);
     let mode = cfg.snapshot_mode;
+    let mut stored = stored;
+    if let Some((acked, confirmed)) = log_went_back(
+        ctx.acknowledged.as_ref(),
+        stored.as_ref(),
+        slot.as_ref().and_then(|s| s.confirmed_flush_lsn),
+    ) {
+        let at = stored.as_ref().map(|p| p.lsn).unwrap_or_default();
+        let detail = format!(
+            "the log's stored position (lsn {at}) is behind lsn {acked}, which this process had made durable in it, and the slot {:?} has confirmed lsn {confirmed}: the log lost commits it had acknowledged (a Kafka broker that dropped its last writes on a restart, a disk that did not keep a flush), and the server does not send changes before its confirmed position again",
+            cfg.slot
+        );
+        if mode != SnapshotMode::WhenNeeded {
+            return Err(definite(
+                "the log",
+                detail,
+                "set snapshot.mode = \"when_needed\" to take a new snapshot (records are then re-read as op r); to prevent it with Kafka as the log, keep acknowledged writes durable (replication.factor >= 3, min.insync.replicas >= 2)",
+            ));
+        }
+        tracing::warn!(%detail, "snapshot.mode = when_needed: taking a new snapshot");
+        stored = None;
+    }
     let mut repl = ReplicationConnection::connect(&cfg.endpoint).await?;
 
     if mode == SnapshotMode::InitialOnly && stored.is_some() {
@@ -272,4 +310,55 @@ pub(super) async fn wait_durable(ctx: &mut SourceContext, lsn: Lsn) -> bool {
         tokio::time::timeout(Duration::from_secs(60), ctx.durable.wait_for(reached)).await,
         Ok(Ok(()))
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(lsn: u64) -> PgPosition {
+        PgPosition {
+            commit_lsn: Lsn(lsn),
+            lsn: Lsn(lsn),
+            tx_id: None,
+            xmin: None,
+        }
+    }
+
+    fn cp(lsn: u64) -> Checkpoint {
+        Checkpoint::At(SourcePosition::Postgres(at(lsn)))
+    }
+
+    /// Lost only when the stored position is behind both what this process made durable
+    /// and what the slot confirmed.
+    #[test]
+    fn a_log_that_went_back_below_the_slot_is_a_loss() {
+        // The broker-restart case: durable 300, confirmed 300, the log back at 200.
+        assert_eq!(
+            log_went_back(Some(&cp(300)), Some(&at(200)), Some(Lsn(300))),
+            Some((Lsn(300), Lsn(300)))
+        );
+        // Durable 300 but not yet confirmed past 200: the server sends it again.
+        assert_eq!(
+            log_went_back(Some(&cp(300)), Some(&at(200)), Some(Lsn(200))),
+            None
+        );
+        // The log is where this process left it; the slot was confirmed further while idle.
+        assert_eq!(
+            log_went_back(Some(&cp(300)), Some(&at(300)), Some(Lsn(900))),
+            None
+        );
+        // First attempt, an unfinished snapshot, no slot, no stored position: nothing to check.
+        assert_eq!(log_went_back(None, Some(&at(200)), Some(Lsn(300))), None);
+        assert_eq!(
+            log_went_back(
+                Some(&Checkpoint::SnapshotIncomplete),
+                Some(&at(200)),
+                Some(Lsn(300))
+            ),
+            None
+        );
+        assert_eq!(log_went_back(Some(&cp(300)), Some(&at(200)), None), None);
+        assert_eq!(log_went_back(Some(&cp(300)), None, Some(Lsn(300))), None);
+    }
 }
