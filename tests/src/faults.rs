@@ -123,7 +123,7 @@ impl Run {
         );
     }
 
-    fn report(&self) {
+    pub fn report(&self) {
         report(serde_json::json!({
             "scenario": self.scenario,
             "faults": self.faults,

@@ -514,8 +514,19 @@ async fn killed_mid_stream(transactions: bool) {
     kc.stop();
 }
 
+/// What the connector says when the log lost commits it had acknowledged.
+const LOST_ACKNOWLEDGED: &str = "lost commits it had acknowledged";
+
 /// The broker down for `CDC_TEST_BROKER_OUTAGE_SECS` (default 3; the fault suite's long
 /// form: 600) while the source writes transactions of 20 inserts every 50 ms.
+///
+/// noida-db 0.2.3 loses its last acknowledged transactions when it is restarted in
+/// about one restart in twenty here (`tests/kafka-clients/noida_restart_loss.py` shows it
+/// without the connector: commits that `commit_transaction` returned for are gone after
+/// the restart). No connector can deliver those changes: the slot was confirmed past them.
+/// What the connector must do then is notice and stop with a clear error (the stored
+/// position went back below the slot's confirmed one), which this test checks, and then
+/// the scenario runs again on a fresh broker, up to three times.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() {
     let Some(python) = python() else { return };
@@ -525,6 +536,23 @@ async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() 
             .and_then(|v| v.parse().ok())
             .unwrap_or(3),
     );
+    for attempt in 1..=3 {
+        match broker_restart(python.clone(), outage).await {
+            Some(run) => {
+                run.report_and_check();
+                return;
+            }
+            None => eprintln!(
+                "attempt {attempt}: the broker lost commits it had acknowledged on its restart, and the connector stopped saying so; running the scenario again"
+            ),
+        }
+    }
+    panic!("the broker lost acknowledged commits in three restarts out of three");
+}
+
+/// One run of the broker-restart scenario: its figures, or `None` when the broker lost
+/// commits it had acknowledged and the connector stopped with [`LOST_ACKNOWLEDGED`].
+async fn broker_restart(python: PathBuf, outage: Duration) -> Option<cdc_harness::faults::Run> {
     let pg = PgServer::shared();
     let kafka = NoidaKafka::start().unwrap();
     let db = database_with(
@@ -585,21 +613,32 @@ async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() 
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let txs = writer.await.unwrap();
     let rows = 20 * txs as usize;
-    let got = wait_kafka(
-        &python,
-        &kafka.brokers(),
-        TOPIC,
-        rows,
-        Duration::from_secs(120 + outage.as_secs()),
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(120 + outage.as_secs());
+    let got = loop {
+        let got = read_kafka(&python, &kafka.brokers(), &[TOPIC]);
+        if got.len() >= rows || Instant::now() > deadline {
+            break got;
+        }
+        if kc.output().contains(LOST_ACKNOWLEDGED) {
+            let code = kc
+                .wait_exit(
+                    Duration::from_secs(30),
+                    "the connector keeps running after the log lost acknowledged commits",
+                )
+                .await;
+            assert_eq!(code, Some(1), "{}", kc.output());
+            assert!(got.len() < rows, "{}", kc.output());
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     let recovered = back.elapsed();
     kc.assert_running();
     let keys: std::collections::BTreeSet<&str> = got
         .iter()
         .filter_map(|(_, s, _)| s.key.as_deref())
         .collect();
-    cdc_harness::faults::Run {
+    let run = cdc_harness::faults::Run {
         scenario: format!(
             "Postgres → Kafka log (transactions): the broker down {} s while the source writes",
             outage.as_secs()
@@ -615,11 +654,121 @@ async fn the_broker_restarted_mid_stream_loses_nothing_and_duplicates_nothing() 
         max_retained_wal_bytes: Some(max_retained),
         recovery: recovered,
         ..Default::default()
+    };
+    if keys.len() != rows {
+        let have: std::collections::BTreeSet<i64> = got
+            .iter()
+            .filter_map(|(_, _, v)| v["after"]["id"].as_i64())
+            .collect();
+        let missing: Vec<i64> = (1..=rows as i64).filter(|i| !have.contains(i)).collect();
+        let why = explain_missing(&python, &kafka.brokers(), &missing);
+        let confirmed: Option<String> = match pg.superuser_client("postgres").await {
+            Ok(c) => c
+                .query_opt(
+                    "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&slot],
+                )
+                .await
+                .ok()
+                .flatten()
+                .and_then(|r| r.get(0)),
+            Err(_) => None,
+        };
+        run.report();
+        panic!(
+            "every row once: {} of {rows} seen, missing ids {missing:?}\nslot {slot} confirmed_flush_lsn {confirmed:?}\n{why}\nbroker log tail:\n{}\n{}",
+            keys.len(),
+            tail_of(&kafka.log_path(), 60),
+            kc.output()
+        );
     }
-    .report_and_check();
-    assert_eq!(keys.len(), rows, "every row once\n{}", kc.output());
     assert_eq!(got.len(), rows, "no change twice\n{}", kc.output());
     kc.stop();
+    Some(run)
+}
+
+/// The last `n` lines of a file (for a failure message).
+fn tail_of(path: &std::path::Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Why `missing` ids are not in a `read_committed` read of [`TOPIC`]: where their records
+/// are with `read_uncommitted` (written but aborted, or never written), the committed
+/// records around them, and the positions stored in `t.offsets` (both isolations): a
+/// position covering a change whose record is not committed is a loss on our side or the
+/// broker's, a missing record without such a position is not.
+fn explain_missing(python: &PathBuf, brokers: &str, missing: &[i64]) -> String {
+    use std::fmt::Write;
+    let value = |r: &Json| -> Json {
+        r["value"]
+            .as_str()
+            .and_then(|v| serde_json::from_str(v).ok())
+            .unwrap_or(Json::Null)
+    };
+    let brief = |r: &Json| -> String {
+        let v = value(r);
+        format!(
+            "p{} @{} id={} op={} lsn={} txId={}",
+            r["partition"],
+            r["offset"],
+            v["after"]["id"],
+            v["op"],
+            v["source"]["lsn"],
+            v["source"]["txId"]
+        )
+    };
+    let mut out = String::new();
+    for uncommitted in [false, true] {
+        let what = if uncommitted {
+            "read_uncommitted"
+        } else {
+            "read_committed"
+        };
+        let recs = read_kafka_raw(python, brokers, &[TOPIC], uncommitted);
+        let hits: Vec<&Json> = recs
+            .iter()
+            .filter(|r| {
+                value(r)["after"]["id"]
+                    .as_i64()
+                    .is_some_and(|i| missing.contains(&i))
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{what}: {} records of {TOPIC}, {} of the missing ids:",
+            recs.len(),
+            hits.len()
+        );
+        for r in hits.iter().take(40) {
+            let _ = writeln!(out, "  {}", brief(r));
+        }
+        // Offset gaps per partition: commit/abort markers and aborted records.
+        let mut last: BTreeMap<i64, i64> = BTreeMap::new();
+        for r in &recs {
+            let (p, o) = (
+                r["partition"].as_i64().unwrap_or(-1),
+                r["offset"].as_i64().unwrap_or(-1),
+            );
+            if let Some(prev) = last.insert(p, o) {
+                if o > prev + 2 {
+                    let _ = writeln!(out, "  gap in p{p}: {prev} -> {o}, next {}", brief(r));
+                }
+            }
+        }
+        let positions = read_kafka_raw(python, brokers, &["t.offsets"], uncommitted);
+        let _ = writeln!(out, "{what}: t.offsets, last of {}:", positions.len());
+        for r in positions.iter().rev().take(12).rev() {
+            let _ = writeln!(
+                out,
+                "  @{} {}",
+                r["offset"],
+                r["value"].as_str().unwrap_or("null")
+            );
+        }
+    }
+    out
 }
 
 #[tokio::test(flavor = "multi_thread")]

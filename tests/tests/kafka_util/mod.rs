@@ -78,6 +78,29 @@ pub fn read_kafka(python: &PathBuf, brokers: &str, topics: &[&str]) -> Vec<(Stri
     parse_read(&String::from_utf8_lossy(&out.stdout))
 }
 
+/// `topics` as read_topics.py prints them (offsets included), `read_uncommitted` when
+/// `uncommitted` (aborted and open transactions' records too): for explaining a record a
+/// `read_committed` reader did not see.
+pub fn read_kafka_raw(
+    python: &PathBuf,
+    brokers: &str,
+    topics: &[&str],
+    uncommitted: bool,
+) -> Vec<Json> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kafka-clients/read_topics.py");
+    let out = Command::new(python)
+        .arg(script)
+        .args(["--brokers", brokers])
+        .args(uncommitted.then_some("--uncommitted"))
+        .args(topics)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 /// The jars and classes of tests/registry-clients/setup-java.sh, with the Java reader
 /// (None: skip the Java reading, saying why).
 pub fn java_reader() -> Option<PathBuf> {
