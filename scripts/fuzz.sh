@@ -7,6 +7,8 @@
 #   scripts/fuzz.sh --long           10,000,000 executions per target
 #   scripts/fuzz.sh pgoutput binlog  only these targets (pgoutput binlog segment config)
 #   EXECS=N scripts/fuzz.sh          N executions per target
+#   scripts/fuzz.sh --build-only     only build the targets (CI builds them early, in the
+#                                    background at the lowest priority, while the tests run)
 #   scripts/fuzz.sh --minimize       no fuzzing: merges fuzz/seeds/<t> (python3 fuzz/seeds.py)
 #                                    and what earlier runs found (fuzz/target/found/<t>) into
 #                                    fuzz/corpus/<t>, minimised (libFuzzer -set_cover_merge=1
@@ -40,11 +42,13 @@ declare -A SHORT=([pgoutput]=350000 [binlog]=300000 [segment]=150000 [config]=20
 LONG=10000000
 mode=short
 minimize=0
+build_only=0
 targets=()
 for a in "$@"; do
   case "$a" in
     --long) mode=long ;;
     --minimize) minimize=1 ;;
+    --build-only) build_only=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
     -*) echo "unknown option $a" >&2; exit 2 ;;
     *) targets+=("$a") ;;
@@ -66,6 +70,7 @@ start=$(date +%s)
 echo "== building fuzz targets (cargo fuzz build -s none, stable $(rustc --version | cut -d' ' -f2))"
 (cd fuzz && cargo fuzz build -s none "${FUZZ_BUILD_ARGS[@]+"${FUZZ_BUILD_ARGS[@]}"}")
 echo "   built in $(( $(date +%s) - start )) s"
+[ "$build_only" = 1 ] && exit 0
 
 max_len() {
   case "$1" in
@@ -128,7 +133,15 @@ for t in "${targets[@]}"; do
   if [ "$crashes" != 0 ]; then
     failed=1
     grep -E "^(==[0-9]+== ERROR|SUMMARY|thread '.*' panicked|ERROR:)" "$log" | head -5 | sed 's/^/    /'
-    for f in $(ls -t "$artifacts" | head -n "$crashes"); do echo "    crashing input: $ROOT/$artifacts/$f"; done
+    for f in $(ls -t "$artifacts" | head -n "$crashes"); do
+      echo "    crashing input: $ROOT/$artifacts/$f"
+      # The input itself, so that a crash on another machine (CI) is reproduced exactly:
+      # the same seed does not replay the same inputs where the corpus is listed in
+      # another order.
+      if [ "$(stat -c %s "$artifacts/$f")" -le 16384 ]; then
+        echo "    its bytes (base64; echo ... | base64 -d > crash): $(base64 -w0 "$artifacts/$f")"
+      fi
+    done
     [ "$(ls "$artifacts" | wc -l)" -gt "$before" ] || echo "    (libFuzzer exited $rc without an artifact; see $ROOT/$log)"
     echo "    reproduce: $BIN/$t <input>   (log: $ROOT/$log; the run: FUZZ_SEED=$used_seed EXECS=$runs scripts/fuzz.sh $t)"
   fi
