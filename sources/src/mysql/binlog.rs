@@ -824,10 +824,9 @@ mod tests {
         }
     }
 
-    /// Found by the `binlog` fuzz target: a rows event whose column bitmap names no
-    /// column has rows of no bytes, and reading them never ended.
-    /// A column count near `u64::MAX` overflows `mysql_common`'s bitmap length (the binlog
-    /// fuzz target's crash): refused before it is parsed; ordinary counts pass.
+    /// A column count near `u64::MAX` overflows `mysql_common`'s bitmap length (a panic
+    /// in fuzz builds: libFuzzer's "deadly signal"): refused before it is parsed; ordinary
+    /// counts pass.
     #[test]
     fn rows_events_with_overflowing_column_counts_are_refused() {
         let mut v2 = vec![7, 0, 0, 0, 0, 0, 1, 0, 2, 0, 0xfe];
@@ -876,6 +875,8 @@ mod tests {
         assert_eq!(rows.len(), 1);
     }
 
+    /// Found by the `binlog` fuzz target: a rows event whose column bitmap names no
+    /// column has rows of no bytes, and reading them never ended.
     #[test]
     fn rows_of_no_column_end_with_an_error() {
         let e = write_rows(3, &[], 0, &[1, 2, 3]).unwrap_err();

@@ -447,7 +447,7 @@ mod tests {
 
     /// Entries pointing at the same bytes make a DAG whose text doubles with each level
     /// (40 levels: a terabyte): the shape check stops after as many values as the
-    /// document has bytes (the binlog fuzz target's crash).
+    /// document has bytes (before it, the binlog fuzz target timed out on one).
     #[test]
     fn shared_values_are_refused() {
         // Each level: an array of two entries, both pointing at the next level.
