@@ -848,30 +848,16 @@ mod tests {
     /// each level) is refused by the row decoder before anything renders it.
     #[test]
     fn json_values_that_are_not_trees_are_refused() {
-        let mut body = vec![0x00, 0x00, 0x04, 0x00];
-        for _ in 0..40 {
-            let mut a = vec![0x02, 0x00, 0x00, 0x00, 0x02, 0x0a, 0x00, 0x02, 0x0a, 0x00];
-            a.extend_from_slice(&body);
-            let n = a.len() as u16;
-            a[2..4].copy_from_slice(&n.to_le_bytes());
-            body = a;
-        }
-        let mut doc = vec![0x02];
-        doc.extend_from_slice(&body);
-        let mut row = vec![0u8];
-        row.extend_from_slice(&(doc.len() as u32).to_le_bytes());
-        row.extend_from_slice(&doc);
-        let e = write_rows(245, &[4], 1, &row).unwrap_err();
+        use crate::mysql::decode::jsonb::test_docs::{shared, tree_of_two};
+        let row = |doc: &[u8]| {
+            let mut row = vec![0u8];
+            row.extend_from_slice(&(doc.len() as u32).to_le_bytes());
+            row.extend_from_slice(doc);
+            row
+        };
+        let e = write_rows(245, &[4], 1, &row(&shared(40))).unwrap_err();
         assert!(e.to_string().contains("not a tree"), "{e}");
-        // A tree: [[], []].
-        let doc = [
-            0x02, 0x02, 0x00, 0x12, 0x00, 0x02, 0x0a, 0x00, 0x02, 0x0e, 0x00, 0x00, 0x00, 0x04,
-            0x00, 0x00, 0x00, 0x04, 0x00,
-        ];
-        let mut row = vec![0u8];
-        row.extend_from_slice(&(doc.len() as u32).to_le_bytes());
-        row.extend_from_slice(&doc);
-        let rows = write_rows(245, &[4], 1, &row).unwrap();
+        let rows = write_rows(245, &[4], 1, &row(&tree_of_two())).unwrap();
         assert_eq!(rows.len(), 1);
     }
 

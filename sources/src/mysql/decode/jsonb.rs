@@ -370,6 +370,59 @@ pub fn bin_decimal_text(bin: &[u8], precision: usize, scale: usize) -> Result<St
     Ok(out)
 }
 
+/// Binary JSON documents for tests (here and the row decoder's).
+#[cfg(test)]
+pub(crate) mod test_docs {
+    /// A small array of `entries` (type, offset) followed by `body`, its size filled in.
+    fn small_array(entries: &[(u8, u16)], body: &[u8]) -> Vec<u8> {
+        let mut a = (entries.len() as u16).to_le_bytes().to_vec();
+        a.extend_from_slice(&[0, 0]);
+        for (t, off) in entries {
+            a.push(*t);
+            a.extend_from_slice(&off.to_le_bytes());
+        }
+        a.extend_from_slice(body);
+        let n = a.len() as u16;
+        a[2..4].copy_from_slice(&n.to_le_bytes());
+        a
+    }
+
+    /// A whole document (type byte, then the value) of a small array.
+    fn doc(array: Vec<u8>) -> Vec<u8> {
+        let mut d = vec![0x02];
+        d.extend_from_slice(&array);
+        d
+    }
+
+    /// `[[...[]...]]`: `levels` small arrays, each the one element of the one above.
+    pub fn nested(levels: usize) -> Vec<u8> {
+        let mut body = small_array(&[], &[]);
+        for _ in 1..levels {
+            body = small_array(&[(0x02, 7)], &body);
+        }
+        doc(body)
+    }
+
+    /// `levels` arrays of two entries both pointing at the next level: a DAG whose text
+    /// has 2^levels leaves.
+    pub fn shared(levels: usize) -> Vec<u8> {
+        let mut body = small_array(&[], &[]);
+        for _ in 0..levels {
+            body = small_array(&[(0x02, 10), (0x02, 10)], &body);
+        }
+        doc(body)
+    }
+
+    /// `[[], []]`, each entry at its own offset.
+    pub fn tree_of_two() -> Vec<u8> {
+        let empty = small_array(&[], &[]);
+        doc(small_array(
+            &[(0x02, 10), (0x02, 14)],
+            &[empty.clone(), empty].concat(),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -416,20 +469,7 @@ mod tests {
         );
     }
 
-    /// Nested arrays: `levels` small arrays, each one element, the innermost `[]`.
-    fn nested(levels: usize) -> Vec<u8> {
-        let mut body = vec![0x00, 0x00, 0x04, 0x00];
-        for _ in 1..levels {
-            let mut a = vec![0x01, 0x00, 0x00, 0x00, 0x02, 0x07, 0x00];
-            a.extend_from_slice(&body);
-            let n = a.len() as u16;
-            a[2..4].copy_from_slice(&n.to_le_bytes());
-            body = a;
-        }
-        let mut doc = vec![0x02];
-        doc.extend_from_slice(&body);
-        doc
-    }
+    use super::test_docs::{nested, shared, tree_of_two};
 
     /// MySQL refuses documents nested deeper than 100 levels: deeper is an error, never a
     /// recursion as deep as the input allows.
@@ -450,28 +490,10 @@ mod tests {
     /// document has bytes (before it, the binlog fuzz target timed out on one).
     #[test]
     fn shared_values_are_refused() {
-        // Each level: an array of two entries, both pointing at the next level.
-        let mut body = vec![0x00, 0x00, 0x04, 0x00];
-        for _ in 0..40 {
-            let mut a = vec![0x02, 0x00, 0x00, 0x00, 0x02, 0x0a, 0x00, 0x02, 0x0a, 0x00];
-            a.extend_from_slice(&body);
-            let n = a.len() as u16;
-            a[2..4].copy_from_slice(&n.to_le_bytes());
-            body = a;
-        }
-        let mut doc = vec![0x02];
-        doc.extend_from_slice(&body);
-        let e = check_shape(&doc).unwrap_err();
+        let e = check_shape(&shared(40)).unwrap_err();
         assert!(e.contains("not a tree"), "{e}");
         // A tree of the same kind passes: two entries at their own offsets.
-        let leaf = [0x00, 0x00, 0x04, 0x00];
-        let mut a = vec![0x02, 0x00, 0x00, 0x00, 0x02, 0x0a, 0x00, 0x02, 0x0e, 0x00];
-        a.extend_from_slice(&leaf);
-        a.extend_from_slice(&leaf);
-        let n = a.len() as u16;
-        a[2..4].copy_from_slice(&n.to_le_bytes());
-        let mut doc = vec![0x02];
-        doc.extend_from_slice(&a);
+        let doc = tree_of_two();
         check_shape(&doc).unwrap();
         assert_eq!(text(&doc), "[[], []]");
     }
